@@ -1,0 +1,41 @@
+# Two commands do everything, set-up included (see README.md):
+#   make book   build the site into book/_build/html
+#   make test   everything CI checks
+# Other targets are for authors: `make execute NB=nbs/01_attention.ipynb` runs a chapter and stores
+# its outputs; `make clean-nbs` normalises notebook metadata.
+
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+TORCH_SPEC ?= torch==2.13.0
+NB         ?= nbs/*.ipynb
+export PIP_DISABLE_PIP_VERSION_CHECK = 1
+
+.PHONY: setup export book test execute clean-nbs
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+export: setup
+	cd . && $(VENV)/bin/nbdev-export
+
+book: export
+	$(VENV)/bin/jupyter-book build . --path-output book
+	@echo "The book is at $(CURDIR)/book/_build/html/index.html"
+
+test: setup
+	VENV=$(VENV) TORCH_SPEC="$(TORCH_SPEC)" bash tools/test.sh
+
+execute: export
+	for nb in $(NB); do \
+	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=3600 $$nb || exit 1; done
+	$(PY) tools/nbclean.py $(NB)
+
+clean-nbs: setup
+	$(PY) tools/nbclean.py

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The test command (`make test`): five stages, each timed. Run from the repository root.
+set -euo pipefail
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+BIN=$VENV/bin
+# Chapters that train shrink their sizes and steps when AT_QUICK is set (see the chapters).
+export AT_QUICK=1
+# Nothing in the tests may reach a hub.
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export MPLBACKEND=Agg PYTHONHASHSEED=0
+
+declare -a TIMES=()
+stage() {  # stage NAME COMMAND...
+  local name=$1; shift
+  echo "=== stage: $name"
+  local t0=$SECONDS
+  "$@"
+  TIMES+=("$(printf '%-28s %4ds' "$name" $((SECONDS - t0)))")
+}
+
+sync_check() {
+  $BIN/nbdev-export
+  if ! git diff --quiet -- annotated_transformer || [ -n "$(git ls-files --others --exclude-standard annotated_transformer)" ]; then
+    git status --short -- annotated_transformer
+    echo "annotated_transformer/ is out of sync with nbs/: run nbdev-export and commit" >&2
+    return 1
+  fi
+  $BIN/python tools/nbclean.py --check
+}
+
+notebooks() {
+  $BIN/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg \
+    -p no:randomly nbs tests
+}
+
+book() {
+  rm -rf book/_build
+  $BIN/jupyter-book build . --path-output book -W --keep-going
+}
+
+site() {
+  $BIN/python tools/check_site.py book/_build/html
+}
+
+wheel() {
+  local tmp; tmp=$(mktemp -d)
+  $BIN/python -m build --wheel --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
+  python3 -m venv "$tmp/venv"
+  "$tmp/venv/bin/pip" install -q "$TORCH_SPEC"
+  "$tmp/venv/bin/pip" install -q "$tmp"/dist/*.whl
+  (cd "$tmp" && "$tmp/venv/bin/python" - <<'PY'
+import annotated_transformer as at, pathlib
+assert "site-packages" in pathlib.Path(at.__file__).parts, at.__file__
+names = [n for n in dir(at) if not n.startswith("_")]
+print("installed", at.__version__, "from", pathlib.Path(at.__file__).parent)
+print("top-level names:", ", ".join(sorted(names)))
+from annotated_transformer import attention, MultiHeadAttention
+PY
+  )
+  rm -rf "$tmp"
+}
+
+stage "1 sync and clean" sync_check
+stage "2 notebooks (nbval)" notebooks
+stage "3 book (-W)" book
+stage "4 site check" site
+stage "5 wheel in fresh venv" wheel
+
+echo "=== stage times"
+printf '%s\n' "${TIMES[@]}"
