@@ -14,6 +14,7 @@ from nbdev.clean import clean_nb
 from nbdev.config import get_config
 
 
+MAX_LINE = 100  # wider code scrolls sideways in the book
 KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
 
 
@@ -53,6 +54,10 @@ def problems(path, nb):
         out.append(f"{path}: execution counts are {counts}, expected 1..{len(code)}: "
                    "run the notebook top to bottom (make execute NB=...)")
     for c in code:
+        for line in "".join(c["source"]).splitlines():
+            if len(line) > MAX_LINE and not line.startswith("#|"):
+                out.append(f"{path}: code line of {len(line)} > {MAX_LINE} characters "
+                           f"(it would scroll in the book): {line[:60]}...")
         for o in c.get("outputs", []):
             if o.get("output_type") == "error":
                 out.append(f"{path}: stored error output in cell {c.get('id')}")
