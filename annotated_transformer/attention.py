@@ -3,13 +3,13 @@
 # %% auto #0
 __all__ = ['subsequent_mask', 'padding_mask', 'attention', 'default_device']
 
-# %% ../nbs/01_attention.ipynb #5de3ba1a
+# %% ../nbs/01_attention.ipynb #5f9ed336
 import math
 
 import torch
 from torch import Tensor
 
-# %% ../nbs/01_attention.ipynb #61e9c584
+# %% ../nbs/01_attention.ipynb #b79258a1
 def subsequent_mask(size: int, device=None) -> Tensor:
     "Causal mask of §3.2.3, `(1, size, size)`: query `i` may attend to keys `0..i`."
     return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
@@ -19,7 +19,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     "Key mask `(batch, 1, seq_len)` from token ids `(batch, seq_len)`: `True` at real tokens."
     return (tokens != pad_id).unsqueeze(-2)
 
-# %% ../nbs/01_attention.ipynb #c5f0324c
+# %% ../nbs/01_attention.ipynb #eeefd3fe
 def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, mask) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() < 2:
@@ -66,7 +66,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
         weights = dropout(weights)
     return weights @ value, weights
 
-# %% ../nbs/01_attention.ipynb #c147c70d
+# %% ../nbs/01_attention.ipynb #97242119
 def default_device() -> torch.device:
     "The fastest device present: CUDA, then Apple's MPS, then the CPU."
     if torch.cuda.is_available():

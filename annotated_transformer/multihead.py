@@ -3,14 +3,14 @@
 # %% auto #0
 __all__ = ['MultiHeadAttention']
 
-# %% ../nbs/02_multihead.ipynb #be6c6ed7
+# %% ../nbs/02_multihead.ipynb #c84c56f6
 import torch
 from torch import Tensor, nn
 import torch.nn.functional as F
 
 from .attention import attention
 
-# %% ../nbs/02_multihead.ipynb #6cdc9746
+# %% ../nbs/02_multihead.ipynb #6e2d8f05
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O with d_k = d_v = d_model / h.
 
@@ -49,11 +49,12 @@ class MultiHeadAttention(nn.Module):
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3 or t.size(-1) != self.d_model:
-                raise ValueError(f"{name} must have shape (batch, seq_len, d_model={self.d_model}), "
-                                 f"got {tuple(t.shape)}")
+                raise ValueError(f"{name} must have shape (batch, seq_len, "
+                                 f"d_model={self.d_model}), got {tuple(t.shape)}")
         self_attention = query is key and key is value
         if cache is not None and not self_attention and "k" in cache:
-            q = F.linear(query, self.in_proj.weight[:self.d_model], self.in_proj.bias[:self.d_model])
+            d = self.d_model
+            q = F.linear(query, self.in_proj.weight[:d], self.in_proj.bias[:d])
             q, k, v = self._split(q), cache["k"], cache["v"]   # encoder keys/values, computed once
         else:
             q, k, v = map(self._split, self._project(query, key, value))

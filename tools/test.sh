@@ -47,7 +47,7 @@ wheel() {
   local tmp; tmp=$(mktemp -d)
   $BIN/python -m build --wheel --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
   python3 -m venv "$tmp/venv"
-  "$tmp/venv/bin/pip" install -q "$TORCH_SPEC"
+  "$tmp/venv/bin/pip" install -q $TORCH_SPEC
   "$tmp/venv/bin/pip" install -q "$tmp"/dist/*.whl
   (cd "$tmp" && "$tmp/venv/bin/python" - <<'PY'
 import annotated_transformer as at, pathlib
