@@ -31,7 +31,7 @@ sync_check() {
 
 notebooks() {
   $BIN/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg \
-    -p no:randomly nbs tests
+    nbs $(test -d tests && echo tests)
 }
 
 book() {
