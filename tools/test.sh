@@ -8,7 +8,7 @@ BIN=$VENV/bin
 export AT_QUICK=1
 # Nothing in the tests may reach a hub.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-export MPLBACKEND=Agg PYTHONHASHSEED=0
+export PYTHONHASHSEED=0
 
 declare -a TIMES=()
 stage() {  # stage NAME COMMAND...
