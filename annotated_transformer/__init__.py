@@ -4,6 +4,6 @@ __version__ = "0.0.1"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_package.ipynb #40c9e818
+# %% ../nbs/99_package.ipynb #ecef4858
 from .attention import *
 from .multihead import *

@@ -3,37 +3,39 @@
 # %% auto #0
 __all__ = ['subsequent_mask', 'padding_mask', 'attention', 'default_device']
 
-# %% ../nbs/01_attention.ipynb #5f9ed336
+# %% ../nbs/01_attention.ipynb #c15c7195
 import math
 
 import torch
 from torch import Tensor
 
-# %% ../nbs/01_attention.ipynb #b79258a1
+# %% ../nbs/01_attention.ipynb #f681cfee
 def subsequent_mask(size: int, device=None) -> Tensor:
     "Causal mask of §3.2.3, `(1, size, size)`: query `i` may attend to keys `0..i`."
     return torch.ones(1, size, size, dtype=torch.bool, device=device).tril()
 
 
 def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
-    "Key mask `(batch, 1, seq_len)` from token ids `(batch, seq_len)`: `True` at real tokens."
+    "Key mask `(batch, 1, seq_len)` from ids `(batch, seq_len)`: `True` at real tokens."
     return (tokens != pad_id).unsqueeze(-2)
 
-# %% ../nbs/01_attention.ipynb #eeefd3fe
+# %% ../nbs/01_attention.ipynb #fba32c75
 def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, mask) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., seq_len, dim), got {tuple(t.shape)}")
+            raise ValueError(f"{name} must have shape (..., seq_len, dim), "
+                             f"got {tuple(t.shape)}")
     if query.size(-1) != key.size(-1):
         raise ValueError(f"query and key must share d_k: query has {query.size(-1)}, "
                          f"key has {key.size(-1)}")
     if key.size(-2) != value.size(-2):
-        raise ValueError(f"key and value must have as many positions: key has {key.size(-2)}, "
-                         f"value has {value.size(-2)}")
+        raise ValueError(f"key and value must have as many positions: "
+                         f"key has {key.size(-2)}, value has {value.size(-2)}")
     if mask is None:
         return
     if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor (True = may attend), got {mask.dtype}")
+        raise ValueError(f"mask must be a bool tensor (True = may attend), "
+                         f"got {mask.dtype}")
     scores = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]),
               query.size(-2), key.size(-2))
     try:
@@ -48,9 +50,10 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
               dropout=None) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention, Eq. (1) of §3.2.1: softmax(QKᵀ/√d_k)·V.
 
-    query `(..., n_q, d_k)`, key `(..., n_k, d_k)`, value `(..., n_k, d_v)`; `mask` is a bool
-    tensor broadcastable to `(..., n_q, n_k)`, `True` = may attend. `dropout`, if given, is
-    applied to the weights. Returns the output `(..., n_q, d_v)` and the weights `(..., n_q, n_k)`.
+    query `(..., n_q, d_k)`, key `(..., n_k, d_k)`, value `(..., n_k, d_v)`; `mask`
+    is a bool tensor broadcastable to `(..., n_q, n_k)`, `True` = may attend.
+    `dropout`, if given, is applied to the weights.
+    Returns the output `(..., n_q, d_v)` and the weights `(..., n_q, n_k)`.
     """
     _check_attention_args(query, key, value, mask)
     d_k = query.size(-1)
@@ -60,13 +63,13 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)
     if mask is not None:
-        # a query with no key to attend to gets zero weights, not a uniform spread over padding
+        # a query with no key to attend to gets zero weights, not a uniform spread
         weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     if dropout is not None:
         weights = dropout(weights)
     return weights @ value, weights
 
-# %% ../nbs/01_attention.ipynb #97242119
+# %% ../nbs/01_attention.ipynb #1e71fbad
 def default_device() -> torch.device:
     "The fastest device present: CUDA, then Apple's MPS, then the CPU."
     if torch.cuda.is_available():

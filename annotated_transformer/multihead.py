@@ -3,23 +3,23 @@
 # %% auto #0
 __all__ = ['MultiHeadAttention']
 
-# %% ../nbs/02_multihead.ipynb #c84c56f6
+# %% ../nbs/02_multihead.ipynb #51593ad7
 import torch
 from torch import Tensor, nn
 import torch.nn.functional as F
 
 from .attention import attention
 
-# %% ../nbs/02_multihead.ipynb #6e2d8f05
+# %% ../nbs/02_multihead.ipynb #b29e0182
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O with d_k = d_v = d_model / h.
+    """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O, d_k = d_v = d_model/h.
 
     Call with keyword arguments `query` `(batch, n_q, d_model)`, `key` and `value`
-    `(batch, n_k, d_model)` and an optional bool `mask` broadcastable to `(batch, n_q, n_k)` or
-    `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same tensor as query, key and value
-    for self-attention. `cache` (a dict, filled in place) enables incremental decoding.
-    Set `keep_weights = True` to keep the last attention weights, `(batch, h, n_q, n_k)`, in
-    `.weights`.
+    `(batch, n_k, d_model)` and an optional bool `mask` broadcastable to
+    `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
+    tensor as query, key and value for self-attention. `cache` (a dict, filled in
+    place) enables incremental decoding. Set `keep_weights = True` to keep the last
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`.
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
@@ -41,9 +41,10 @@ class MultiHeadAttention(nn.Module):
         if query is key and key is value:       # self-attention: one fused projection
             return self.in_proj(query).chunk(3, dim=-1)
         q = F.linear(query, w[:d], b[:d])
-        if key is value:                         # cross-attention: keys and values together
+        if key is value:                     # cross-attention: keys, values together
             return (q, *F.linear(key, w[d:], b[d:]).chunk(2, dim=-1))
-        return q, F.linear(key, w[d:2 * d], b[d:2 * d]), F.linear(value, w[2 * d:], b[2 * d:])
+        k = F.linear(key, w[d:2 * d], b[d:2 * d])
+        return q, k, F.linear(value, w[2 * d:], b[2 * d:])
 
     def forward(self, *, query: Tensor, key: Tensor, value: Tensor,
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
@@ -55,12 +56,14 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and not self_attention and "k" in cache:
             d = self.d_model
             q = F.linear(query, self.in_proj.weight[:d], self.in_proj.bias[:d])
-            q, k, v = self._split(q), cache["k"], cache["v"]   # encoder keys/values, computed once
+            # the encoder's keys and values were computed at the first step
+            q, k, v = self._split(q), cache["k"], cache["v"]
         else:
             q, k, v = map(self._split, self._project(query, key, value))
             if cache is not None:
-                if self_attention and "k" in cache:  # append this step's keys and values
-                    k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)
+                if self_attention and "k" in cache:  # append this step's keys, values
+                    k = torch.cat([cache["k"], k], dim=2)
+                    v = torch.cat([cache["v"], v], dim=2)
                 cache["k"], cache["v"] = k, v
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head

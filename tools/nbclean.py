@@ -14,7 +14,7 @@ from nbdev.clean import clean_nb
 from nbdev.config import get_config
 
 
-MAX_LINE = 100  # wider code scrolls sideways in the book
+MAX_LINE = 88  # wider code scrolls sideways in the book
 KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
 
 
