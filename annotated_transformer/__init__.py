@@ -4,6 +4,9 @@ __version__ = "0.0.1"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_package.ipynb #ecef4858
+# %% ../nbs/99_package.ipynb #8b84826d
 from .attention import *
 from .multihead import *
+from .embeddings import *
+from .layers import *
+from .model import *
