@@ -55,7 +55,11 @@ assert "site-packages" in pathlib.Path(at.__file__).parts, at.__file__
 names = [n for n in dir(at) if not n.startswith("_")]
 print("installed", at.__version__, "from", pathlib.Path(at.__file__).parent)
 print("top-level names:", ", ".join(sorted(names)))
-from annotated_transformer import attention, MultiHeadAttention
+from annotated_transformer import attention, MultiHeadAttention, TransformerConfig, make_model
+import torch
+model = make_model(11, 11, TransformerConfig.preset("tiny"))
+src = torch.tensor([[1, 5, 6, 7, 2]])
+print("tiny model forward:", tuple(model(src, src).shape))
 PY
   )
   rm -rf "$tmp"
