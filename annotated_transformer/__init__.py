@@ -4,9 +4,12 @@ __version__ = "0.0.1"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_package.ipynb #8b84826d
+# %% ../nbs/99_package.ipynb #9fdcec63
 from .attention import *
 from .multihead import *
 from .embeddings import *
 from .layers import *
 from .model import *
+from .training import *
+from .decoding import *
+from .data import *

@@ -1,0 +1,252 @@
+"""Tests of annotated_transformer.data (chapter 8): loading, errors, cleaning, tokenizer.
+
+Offline by construction: the hub is switched off before `datasets` is imported, and the tests that
+load data block every socket, so a test that tried the network would fail instead of waiting.
+"""
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"       # before datasets / huggingface_hub read them
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+datasets = pytest.importorskip("datasets")
+spm = pytest.importorskip("sentencepiece")
+
+from annotated_transformer.data import (BOS_ID, EOS_ID, MULTI30K_ENV, MULTI30K_SPLITS, PAD_ID,
+                                        UNK_ID, decode_ids, encode_text, load_multi30k,
+                                        load_tokenizer, multi30k_dir, normalize_line,
+                                        to_pairs, train_tokenizer)
+
+REPO = Path(__file__).resolve().parents[1]
+REAL_DIR = multi30k_dir(default=REPO.parent / "shared" / "data" / "multi30k")
+needs_real_data = pytest.mark.skipif(REAL_DIR is None, reason="Multi30k text files not found")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    "Every attempt to open a connection or resolve a name is recorded and fails at once."
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network access attempted in a test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    return attempts
+
+
+@pytest.fixture
+def tiny_dir(tmp_path, monkeypatch):
+    "A Multi30k-shaped folder of two-line files, with the real files' whitespace quirks."
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    en = " A dog  runs. \nTwo men talk.\n"
+    de = "Ein Hund rennt.\nZwei\u00a0Männer\treden. \n"
+    for stem in MULTI30K_SPLITS.values():
+        (tmp_path / f"{stem}.en").write_text(en, encoding="utf-8")
+        (tmp_path / f"{stem}.de").write_text(de, encoding="utf-8")
+    return tmp_path
+
+
+# --- import without the extras --------------------------------------------------------------
+
+def test_import_needs_only_torch():
+    code = ("import sys\n"
+            "sys.modules['datasets'] = sys.modules['sentencepiece'] = None  # not installed\n"
+            "import annotated_transformer, annotated_transformer.data as d\n"
+            "assert d.PAD_ID == 0 and callable(d.load_multi30k)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --- cleaning ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, clean", [
+    ("  A dog runs. ", "A dog runs."),
+    ("Nummer\u00a06", "Nummer 6"),
+    ("in einer \tWasserfontäne.", "in einer Wasserfontäne."),
+    ("a\u200b man", "a man"),
+    ("two  spaces", "two spaces"),
+    ("", ""),
+])
+def test_normalize_line(raw, clean):
+    assert normalize_line(raw) == clean
+    assert normalize_line(clean) == clean
+
+
+# --- where the data is ------------------------------------------------------------------------
+
+def test_folder_precedence(tmp_path, monkeypatch):
+    a, b, c = (tmp_path / n for n in "abc")
+    for p in (a, b, c):
+        p.mkdir()
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    assert multi30k_dir() is None
+    assert multi30k_dir(default=tmp_path / "absent") is None
+    assert multi30k_dir(default=c) == c
+    monkeypatch.setenv(MULTI30K_ENV, str(b))
+    assert multi30k_dir(default=c) == b
+    assert multi30k_dir(a, default=c) == a
+    monkeypatch.setenv(MULTI30K_ENV, str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=r"absent.*\$MULTI30K_DIR"):
+        multi30k_dir(default=c)
+    with pytest.raises(FileNotFoundError, match="from the argument"):
+        multi30k_dir(tmp_path / "also_absent")
+
+
+# --- local loading and its errors ----------------------------------------------------------------
+
+def test_local_loading(tiny_dir, no_network):
+    ds = load_multi30k(tiny_dir)
+    assert list(ds) == ["train", "validation", "test"]
+    for split in ds.values():
+        assert split.column_names == ["en", "de"]
+        assert split["en"][:] == ["A dog runs.", "Two men talk."]
+        assert split["de"][:] == ["Ein Hund rennt.", "Zwei Männer reden."]
+    assert not no_network
+
+
+def test_env_var_is_used(tiny_dir, monkeypatch, no_network):
+    monkeypatch.setenv(MULTI30K_ENV, str(tiny_dir))
+    assert load_multi30k(splits=("validation",))["validation"].num_rows == 2
+
+
+def test_missing_files_are_named(tiny_dir):
+    (tiny_dir / "val.de").unlink()
+    (tiny_dir / "test_2016_flickr.en").unlink()
+    with pytest.raises(FileNotFoundError) as e:
+        load_multi30k(tiny_dir)
+    assert "2 file(s) missing" in str(e.value)
+    assert str(tiny_dir / "val.de") in str(e.value)
+    assert str(tiny_dir / "test_2016_flickr.en") in str(e.value)
+    # a split that is complete still loads
+    assert load_multi30k(tiny_dir, splits=("train",))["train"].num_rows == 2
+
+
+def test_misaligned_files_name_files_and_counts(tiny_dir):
+    (tiny_dir / "train.de").write_text("Ein Hund rennt.\n", encoding="utf-8")
+    with pytest.raises(ValueError) as e:
+        load_multi30k(tiny_dir)
+    msg = str(e.value)
+    assert "'train'" in msg
+    assert f"{tiny_dir / 'train.en'} has 2" in msg and f"{tiny_dir / 'train.de'} has 1" in msg
+
+
+def test_bad_arguments(tiny_dir, no_network):
+    with pytest.raises(ValueError, match="unknown split"):
+        load_multi30k(tiny_dir, splits=("dev",))
+    with pytest.raises(ValueError, match="only en and de"):
+        load_multi30k(langs=("en", "fr"))  # no folder: the hub copy, which has no French
+
+
+# --- the hub stays off --------------------------------------------------------------------------
+
+def test_hub_is_offline(monkeypatch, no_network):
+    assert datasets.config.HF_HUB_OFFLINE, "HF_HUB_OFFLINE must be set before datasets is imported"
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    t0 = time.perf_counter()
+    with pytest.raises(ConnectionError, match=MULTI30K_ENV):
+        load_multi30k()  # no folder anywhere: this would be the hub
+    assert time.perf_counter() - t0 < 10
+    assert not no_network, f"tried the network: {no_network}"
+
+
+def test_hub_path_normalises_and_selects(monkeypatch):
+    "The Colab path, with `load_dataset` replaced by a stand-in for the hub copy."
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    row = {"en": [" A dog  runs. "], "de": ["Ein\u00a0Hund rennt.\t"]}
+    fake = datasets.DatasetDict({s: datasets.Dataset.from_dict(row)
+                                 for s in ("train", "validation", "test")})
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: asked.append(a) or fake)
+    ds = load_multi30k(splits=("train", "test"))
+    assert asked == [("bentrevett/multi30k",)]
+    assert list(ds) == ["train", "test"]
+    assert ds["test"][0] == {"en": "A dog runs.", "de": "Ein Hund rennt."}
+    assert load_multi30k(langs=("de",))["validation"].column_names == ["de"]
+
+
+# --- the real files -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def real():
+    if REAL_DIR is None:
+        pytest.skip("Multi30k text files not found")
+    return load_multi30k(REAL_DIR)
+
+
+@needs_real_data
+def test_real_files(real):
+    assert {s: real[s].num_rows for s in real} == {"train": 29000, "validation": 1014,
+                                                  "test": 1000}
+    # line 7366 of train.de has a TAB and surrounding spaces; no-break spaces are gone
+    assert real["train"][7365]["de"].endswith("spielen in einer Wasserfontäne.\"")
+    for split in real.values():
+        for lang in ("en", "de"):
+            assert all(s and s == s.strip() and "\u00a0" not in s and "  " not in s
+                       for s in split[lang])
+
+
+@pytest.fixture(scope="module")
+def sp(real, tmp_path_factory):
+    return load_tokenizer(train_tokenizer(real, tmp_path_factory.mktemp("spm"), 8000))
+
+
+@needs_real_data
+def test_special_ids(sp):
+    assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
+    assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
+    assert [sp.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    assert sp.get_piece_size() == 8000
+
+
+@needs_real_data
+def test_round_trip(sp, real):
+    sentences = real["validation"]["de"][:20] + real["test"]["en"][:20]
+    encoded = encode_text(sp, sentences)
+    assert all(ids[0] == BOS_ID and ids[-1] == EOS_ID for ids in encoded)
+    assert [decode_ids(sp, ids) for ids in encoded] == sentences
+    one = encode_text(sp, sentences[0])
+    assert isinstance(one[0], int) and decode_ids(sp, one + [5, 6, PAD_ID]) == sentences[0]
+    bare = encode_text(sp, sentences[0], bos=False, eos=False)
+    assert bare == one[1:-1] and decode_ids(sp, bare) == sentences[0]
+    torch = pytest.importorskip("torch")
+    assert decode_ids(sp, torch.tensor(one + [PAD_ID] * 3)) == sentences[0]
+
+
+@needs_real_data
+def test_pairs_direction(sp, real):
+    val = real["validation"].select(range(5))
+    en_de, de_en = to_pairs(val, sp), to_pairs(val, sp, src="de", tgt="en")
+    assert len(en_de) == 5 and all(p == q[::-1] for p, q in zip(en_de, de_en))
+    # bare pieces: the training chapter's make_batch adds BOS and EOS itself
+    specials = {PAD_ID, BOS_ID, EOS_ID, UNK_ID}
+    assert not any(specials & set(ids) for pair in en_de for ids in pair)
+    assert decode_ids(sp, en_de[0][0]) == val[0]["en"]
+    assert decode_ids(sp, en_de[0][1]) == val[0]["de"]
+
+
+@needs_real_data
+def test_tokenizer_sees_only_train(real, tmp_path):
+    unseen = datasets.Dataset.from_dict({"en": ["Жук"] * 50, "de": ["Жук"] * 50})
+    dd = datasets.DatasetDict({"train": real["train"].select(range(3000)), "validation": unseen})
+    sp = load_tokenizer(train_tokenizer(dd, tmp_path, 500))
+    assert UNK_ID in sp.encode("Жук")
+
+
+def test_load_tokenizer_rejects_other_ids(tmp_path):
+    words = "a dog runs the man talks two women walk on street in park".split()
+    corpus = [" ".join(words[(i + j) % len(words)] for j in range(6)) for i in range(200)]
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(corpus), model_prefix=str(tmp_path / "m"),
+                                   vocab_size=30, minloglevel=2)  # sentencepiece's default ids
+    with pytest.raises(ValueError, match="special ids"):
+        load_tokenizer(tmp_path / "m.model")
+    with pytest.raises(FileNotFoundError):
+        load_tokenizer(tmp_path / "absent.model")
