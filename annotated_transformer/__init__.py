@@ -4,7 +4,7 @@ __version__ = "0.0.1"
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/99_package.ipynb #9fdcec63
+# %% ../nbs/99_package.ipynb #c9f83e5a
 from .attention import *
 from .multihead import *
 from .embeddings import *
@@ -13,3 +13,4 @@ from .model import *
 from .training import *
 from .decoding import *
 from .data import *
+from .translation import *
