@@ -43,12 +43,35 @@ site() {
   $BIN/python tools/check_site.py book/_build/html
 }
 
+cli_from_wheel() {  # the installed console script: train a tiny model, translate, evaluate
+  local tmp=$1 data; data=$(cd .. && pwd)/shared/data/multi30k
+  if [ ! -d "$data" ]; then echo "no Multi30k files at $data: CLI check skipped"; return; fi
+  local cli=$tmp/venv/bin/annotated-transformer
+  cat >"$tmp/tiny.json" <<'JSON'
+{"model": {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "max_len": 96},
+ "train": {"steps": 10, "max_tokens": 512, "warmup": 5, "lr_factor": 1.0, "precision": "fp32",
+           "save_every": 5, "eval_every": 5, "log_every": 5},
+ "vocab_size": 300, "bleu_every": 5, "bleu_sentences": 8, "average": [1, 2],
+ "select_sentences": 8, "train_pairs": 2000, "max_minutes": null}
+JSON
+  (cd "$tmp" \
+    && "$cli" train --model-dir model --data "$data" --config tiny.json --threads 1 \
+    && head -n 20 "$data/test_2016_flickr.en" >src.en \
+    && head -n 20 "$data/test_2016_flickr.de" >ref.de \
+    && "$cli" translate --model-dir model --beam-size 2 --threads 1 <src.en >hyp.de \
+    && test "$(wc -l <hyp.de)" -eq 20 \
+    && "$cli" evaluate --model-dir model --source src.en --reference ref.de --beam-size 2 \
+         --threads 1 \
+    && echo "installed CLI: trained, translated 20 lines, evaluated")
+}
+
 wheel() {
   local tmp; tmp=$(mktemp -d)
   $BIN/python -m build --wheel --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
   python3 -m venv "$tmp/venv"
   "$tmp/venv/bin/pip" install -q $TORCH_SPEC
-  "$tmp/venv/bin/pip" install -q "$tmp"/dist/*.whl
+  local wheel; wheel=$(ls "$tmp"/dist/*.whl)
+  "$tmp/venv/bin/pip" install -q "$wheel[data]"
   (cd "$tmp" && "$tmp/venv/bin/python" - <<'PY'
 import annotated_transformer as at, pathlib
 assert "site-packages" in pathlib.Path(at.__file__).parts, at.__file__
@@ -62,6 +85,7 @@ src = torch.tensor([[1, 5, 6, 7, 2]])
 print("tiny model forward:", tuple(model(src, src).shape))
 PY
   )
+  cli_from_wheel "$tmp"
   rm -rf "$tmp"
 }
 
@@ -69,7 +93,7 @@ stage "1 sync and clean" sync_check
 stage "2 notebooks (nbval)" notebooks
 stage "3 book (-W)" book
 stage "4 site check" site
-stage "5 wheel in fresh venv" wheel
+stage "5 wheel + CLI in fresh venv" wheel
 
 echo "=== stage times"
 printf '%s\n' "${TIMES[@]}"
