@@ -4,7 +4,7 @@
 __all__ = ['CONFIG_FILE', 'WEIGHTS_FILE', 'TOKENIZER_FILE', 'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation',
            'attention_maps', 'read_lines', 'translate_lines', 'main']
 
-# %% ../nbs/09_translation.ipynb #86278128
+# %% ../nbs/09_translation.ipynb #3b3d4cab
 import argparse
 import json
 import math
@@ -30,7 +30,7 @@ from .training import (CheckpointError, TokenBatchSampler,
                                             log_metrics, make_batch, precision_context,
                                             read_metrics, save_weights, train)
 
-# %% ../nbs/09_translation.ipynb #81343f20
+# %% ../nbs/09_translation.ipynb #704fb181
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = ("config.json", "model.safetensors",
                                              "tokenizer.model")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -61,7 +61,7 @@ def _read_config(path: Path) -> dict:
                          f"({type(e).__name__}: {e})") from None
     return {**meta, "model": config, "vocab_size": vocab}
 
-# %% ../nbs/09_translation.ipynb #c609c409
+# %% ../nbs/09_translation.ipynb #b46c09a8
 class Translator:
     """A trained Transformer and its sentencepiece model: `translate` sentences,
     `save_pretrained(directory)`, `Translator.from_pretrained(directory)`."""
@@ -107,7 +107,7 @@ class Translator:
         return cls(model, sp, meta.get("src_lang", "en"), meta.get("tgt_lang", "de"),
                    meta.get("notes"))
 
-# %% ../nbs/09_translation.ipynb #10a93950
+# %% ../nbs/09_translation.ipynb #e3a26c95
 def _encode(self, sentences, max_src: int) -> list[list[int]]:
     out = []
     for i, s in enumerate(sentences):
@@ -161,7 +161,7 @@ def _translate(self, sentences, beam_size: int = 4, alpha: float = 0.6,
 Translator.translate = _translate                  # a method of Translator
 _translate.__name__, _translate.__qualname__ = "translate", "Translator.translate"
 
-# %% ../nbs/09_translation.ipynb #c0009eee
+# %% ../nbs/09_translation.ipynb #91536491
 def corpus_bleu(hypotheses: list[str], references: list[str]):
     """sacreBLEU (Post, 2018) of detokenised, cased `hypotheses` against one reference
     per sentence: returns `(score, signature)`; `score.score` is the number."""
@@ -173,7 +173,7 @@ def corpus_bleu(hypotheses: list[str], references: list[str]):
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return score, str(metric.get_signature())
 
-# %% ../nbs/09_translation.ipynb #55e04cd1
+# %% ../nbs/09_translation.ipynb #1d67dbde
 def _recipe_model() -> TransformerConfig:
     return TransformerConfig(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
                              p_attn_drop=0.1, p_ff_drop=0.1, max_len=256)
@@ -221,7 +221,7 @@ class TranslationRecipe:
         except (TypeError, ValueError) as e:
             raise ValueError(f"{where}: {e}") from None
 
-# %% ../nbs/09_translation.ipynb #df87df63
+# %% ../nbs/09_translation.ipynb #cd3de389
 def _say(progress: bool, *parts) -> None:
     if progress:
         print(*parts, file=sys.stderr, flush=True)
@@ -256,7 +256,7 @@ def _hardware() -> str:
     n = torch.get_num_threads()
     return f"{name}, {n} CPU thread{'s' if n > 1 else ''}"
 
-# %% ../nbs/09_translation.ipynb #a6fdf56d
+# %% ../nbs/09_translation.ipynb #b26f4bfc
 def train_translation(recipe: TranslationRecipe, model_dir, data=None,
                       progress: bool = True) -> Translator:
     """Train `recipe` on Multi30k (`data`: a folder of its text files, see
@@ -351,7 +351,7 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
     _say(progress, f"saved {model_dir} ({total:.1f} min)")
     return translator.__class__.from_pretrained(model_dir)
 
-# %% ../nbs/09_translation.ipynb #39b638e8
+# %% ../nbs/09_translation.ipynb #cfcb6e36
 @torch.no_grad()
 def attention_maps(translator: Translator, source: str, target: str) -> dict:
     """Attention weights of every layer and head for one sentence pair: a dict with
@@ -383,7 +383,7 @@ def attention_maps(translator: Translator, source: str, target: str) -> dict:
     maps["target"] = ["<s>"] + [sp.id_to_piece(i) for i in tgt_ids[1:]]
     return maps
 
-# %% ../nbs/09_translation.ipynb #75e2ce4a
+# %% ../nbs/09_translation.ipynb #9ac93884
 _PROG = "annotated-transformer"
 
 
@@ -431,7 +431,7 @@ def translate_lines(translator: Translator, lines: list[str], **options) -> list
         _warn(str(w.message).replace("sentence", "line", 1))
     return out
 
-# %% ../nbs/09_translation.ipynb #45b7c217
+# %% ../nbs/09_translation.ipynb #992b56ac
 def _device(name: str) -> torch.device:
     try:
         return torch.device(name)
@@ -503,7 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     _decoding_options(ev)
     return p
 
-# %% ../nbs/09_translation.ipynb #19501523
+# %% ../nbs/09_translation.ipynb #0fe0603c
 def _write_lines(path, lines: list[str]) -> None:
     text = "".join(line + "\n" for line in lines)
     if path in (None, "-"):
