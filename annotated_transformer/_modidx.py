@@ -314,6 +314,8 @@ d = { 'settings': {'branch': 'main', 'doc_baseurl': '/', 'doc_host': '', 'git_ur
                                                                                                'annotated_transformer/translation.py'),
                                                    'annotated_transformer.translation.read_lines': ( 'translation.html#read_lines',
                                                                                                      'annotated_transformer/translation.py'),
+                                                   'annotated_transformer.translation.select_average': ( 'translation.html#select_average',
+                                                                                                         'annotated_transformer/translation.py'),
                                                    'annotated_transformer.translation.train_translation': ( 'translation.html#train_translation',
                                                                                                             'annotated_transformer/translation.py'),
                                                    'annotated_transformer.translation.translate_lines': ( 'translation.html#translate_lines',
