@@ -12,7 +12,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
 .PHONY: setup export book test execute clean-nbs
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml annotated_transformer/__init__.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(TORCH_SPEC)

@@ -1,5 +1,9 @@
 """Clean the notebooks in nbs/, or check that they are clean (``--check``).
 
+Cleaning also (re)writes each chapter's install cell, the `#| hide` cell after `#| default_exp`,
+from the one place each fact lives: the repository URL in _config.yml, the version in
+annotated_transformer/__init__.py, and the extras from what the chapter imports.
+
 "Clean" is nbdev's ``clean_nb`` (configured in pyproject.toml to keep cell tags) with one difference:
 execution counts are kept, because nbval refuses to compare a cell whose stored count is empty
 ("Unrun reference cell has outputs"). We also require the counts to run 1, 2, 3, ... down the notebook:
@@ -7,8 +11,11 @@ that is the mark of a notebook executed top to bottom in one kernel, so stored o
 """
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
+
+import yaml
 
 from nbdev.clean import clean_nb
 from nbdev.config import get_config
@@ -18,6 +25,66 @@ MAX_LINE = 88  # wider code scrolls sideways in the book
 KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
 
 
+# Once a release is on the package index, install cells pin it there (`name[extras]==version`);
+# until then they install the repository at the tag of the version (`git+URL@vX.Y.Z`).
+ON_INDEX = False
+EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.translation)?"
+          r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b"}
+INSTALL_CELL = '''\
+#| hide
+# Installs the package at the version this page was built from where it is missing or
+# older (Colab, Kaggle, a new Jupyter). Written by tools/nbclean.py: edit it there.
+import importlib.metadata, os, re, subprocess, sys
+
+BOOK_VERSION = "{version}"
+NAME = "{name}"
+{spec}
+
+
+def _parts(version):
+    return tuple(int(x) for x in re.findall(r"\\d+", version)[:3])
+
+
+try:
+    _have = _parts(importlib.metadata.version("annotated_transformer"))
+except importlib.metadata.PackageNotFoundError:
+    _have = None
+if _have is None or _have < _parts(BOOK_VERSION):
+    _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", SPEC],
+                          capture_output=True, text=True)
+    if _pip.returncode:
+        print(f"Could not install the book's package: run  pip install \'{{SPEC}}\'  "
+              "in a terminal, then restart the kernel.", file=sys.stderr)'''
+
+
+def install_cell(code: str) -> str:
+    "The install cell for a chapter whose code cells are `code`."
+    root = Path(__file__).resolve().parent.parent
+    url = yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"]
+    init = (root / "annotated_transformer/__init__.py").read_text()
+    version = re.search(r'__version__ = "([^"]+)"', init).group(1)
+    extras = ",".join(k for k, rx in EXTRAS.items() if re.search(rx, code, re.M))
+    name = f"annotated_transformer[{extras}]" if extras else "annotated_transformer"
+    if ON_INDEX:  # AT_PACKAGE_URL, set by the tests, installs the commit under test
+        spec = ('SPEC = (f"{NAME} @ {os.environ[\'AT_PACKAGE_URL\']}" '
+                'if "AT_PACKAGE_URL" in os.environ\n        else f"{NAME}=={BOOK_VERSION}")')
+    else:
+        spec = ("# where it comes from; AT_PACKAGE_URL (the tests) names the commit under test"
+                f'\nSOURCE = "git+{url}@v{version}"\n'
+                "SPEC = f\"{NAME} @ {os.environ.get('AT_PACKAGE_URL', SOURCE)}\"")
+    return INSTALL_CELL.format(version=version, name=name, spec=spec)
+
+
+def _set_install_cell(nb):
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = [i for i, c in enumerate(code) if "".join(c["source"]).startswith("#| hide")]
+    if not first or first[0] > 1:
+        return
+    cell = code[first[0]]
+    text = install_cell("\n".join("".join(c["source"]) for c in code))
+    cell["source"] = text.splitlines(keepends=True)
+
+
 def _counts(nb):
     return [(c.get("execution_count"), [o.get("execution_count") for o in c.get("outputs", [])])
             for c in nb["cells"]]
@@ -25,6 +92,7 @@ def _counts(nb):
 
 def clean(nb):
     counts = _counts(nb)
+    _set_install_cell(nb)
     cfg = get_config()
     clean_nb(nb, allowed_metadata_keys=cfg.get("allowed_metadata_keys") or [],
              allowed_cell_metadata_keys=cfg.get("allowed_cell_metadata_keys") or [],
