@@ -8,6 +8,7 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"       # before datasets / huggingface_hub read them
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 
+import importlib.util
 import socket
 import subprocess
 import sys
@@ -19,10 +20,11 @@ import pytest
 datasets = pytest.importorskip("datasets")
 spm = pytest.importorskip("sentencepiece")
 
-from annotated_transformer.data import (BOS_ID, EOS_ID, MULTI30K_ENV, MULTI30K_SPLITS, PAD_ID,
-                                        UNK_ID, decode_ids, encode_text, load_multi30k,
-                                        load_tokenizer, multi30k_dir, normalize_line,
-                                        to_pairs, train_tokenizer)
+from annotated_transformer.data import (BOS_ID, EOS_ID, MULTI30K_ENV, MULTI30K_HUB_ENV,
+                                        MULTI30K_SPLITS, PAD_ID, UNK_ID, decode_ids,
+                                        encode_text, load_multi30k, load_tokenizer,
+                                        multi30k_dir, normalize_line, to_pairs,
+                                        train_tokenizer)
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DIR = multi30k_dir(default=REPO.parent / "shared" / "data" / "multi30k")
@@ -151,6 +153,7 @@ def test_bad_arguments(tiny_dir, no_network):
 def test_hub_is_offline(monkeypatch, no_network):
     assert datasets.config.HF_HUB_OFFLINE, "HF_HUB_OFFLINE must be set before datasets is imported"
     monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    monkeypatch.delenv(MULTI30K_HUB_ENV, raising=False)
     t0 = time.perf_counter()
     with pytest.raises(ConnectionError, match=MULTI30K_ENV):
         load_multi30k()  # no folder anywhere: this would be the hub
@@ -161,6 +164,7 @@ def test_hub_is_offline(monkeypatch, no_network):
 def test_hub_path_normalises_and_selects(monkeypatch):
     "The Colab path, with `load_dataset` replaced by a stand-in for the hub copy."
     monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    monkeypatch.delenv(MULTI30K_HUB_ENV, raising=False)
     row = {"en": [" A dog  runs. "], "de": ["Ein\u00a0Hund rennt.\t"]}
     fake = datasets.DatasetDict({s: datasets.Dataset.from_dict(row)
                                  for s in ("train", "validation", "test")})
@@ -171,6 +175,60 @@ def test_hub_path_normalises_and_selects(monkeypatch):
     assert list(ds) == ["train", "test"]
     assert ds["test"][0] == {"en": "A dog runs.", "de": "Ein Hund rennt."}
     assert load_multi30k(langs=("de",))["validation"].column_names == ["de"]
+
+
+def test_hub_id_from_the_environment(monkeypatch):
+    "`$AT_MULTI30K_HUB`, read at call time, replaces the hub id in the same call."
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    monkeypatch.setenv(MULTI30K_HUB_ENV, "someone/multi30k-copy")
+    one_row = datasets.Dataset.from_dict({"en": ["a"], "de": ["b"]})
+    fake = datasets.DatasetDict({s: one_row for s in ("train", "validation", "test")})
+    asked = []
+    monkeypatch.setattr(datasets, "load_dataset",
+                        lambda *a, **k: asked.append(a) or fake)
+    load_multi30k(splits=("test",))
+    assert asked == [("someone/multi30k-copy",)]
+
+
+def load_standin_builder():
+    "tests/make_hub_standin.py, the script the fresh-runtime stage runs, as a module."
+    spec = importlib.util.spec_from_file_location(
+        "make_hub_standin", Path(__file__).with_name("make_hub_standin.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def text_lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").split("\n")[:-1]  # files end with a newline
+
+
+@needs_real_data
+def test_hub_layout_folder_offline(tmp_path, monkeypatch, no_network, real):
+    """The hub's code path run offline on a folder in the hub's layout (train.jsonl,
+    val.jsonl, test.jsonl built from the text files): the same splits, columns and
+    sentences as the text files."""
+    assert datasets.config.HF_DATASETS_OFFLINE
+    hub = load_standin_builder().make_hub_standin(REAL_DIR, tmp_path / "hub")
+    assert sorted(p.name for p in hub.iterdir()) == ["test.jsonl", "train.jsonl",
+                                                      "val.jsonl"]
+    monkeypatch.delenv(MULTI30K_ENV, raising=False)
+    monkeypatch.setenv(MULTI30K_HUB_ENV, str(hub))
+    assert multi30k_dir() is None                   # no local folder: the hub branch
+    ds = load_multi30k()
+    assert {s: ds[s].num_rows for s in ds} == {"train": 29000, "validation": 1014,
+                                              "test": 1000}
+    assert list(ds) == list(real)
+    assert all(ds[s].column_names == ["en", "de"] for s in ds)
+    for split, stem in MULTI30K_SPLITS.items():
+        for lang in ("en", "de"):
+            lines = text_lines(REAL_DIR / f"{stem}.{lang}")
+            col = ds[split][lang]
+            assert col[0] == normalize_line(lines[0])
+            assert col[-1] == normalize_line(lines[-1])
+            assert col[:] == real[split][lang][:], (split, lang)  # as from the files
+    assert load_multi30k(langs=("de",), splits=("test",))["test"].column_names == ["de"]
+    assert not no_network
 
 
 # --- the real files -----------------------------------------------------------------------------

@@ -1,0 +1,302 @@
+"""Clear errors from the training and data modules (chapters 6 and 8).
+
+A missing optional extra names the pip command that installs it; a public function given
+a number it cannot use says which argument, what it got and what it allows; a broken
+tokenizer file is named together with the fix. Each test checks one message.
+"""
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"       # before datasets / huggingface_hub read them
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import random
+import re
+import sys
+
+import pytest
+import torch
+
+from annotated_transformer import data, training
+from annotated_transformer.training import optional_import
+
+
+def hint(name: str, extra: str) -> str:
+    return (f'{name} is needed for this; install it with: '
+            f'pip install "annotated_transformer[{extra}]"')
+
+
+def message_of(call) -> str:
+    with pytest.raises(ValueError) as e:
+        call()
+    return str(e.value)
+
+
+# --- missing extras -------------------------------------------------------------------
+
+def test_optional_import_returns_the_module():
+    import json
+    assert optional_import("json", "viz") is json
+
+
+def test_optional_import_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sacrebleu", None)   # None: "not installed"
+    with pytest.raises(ModuleNotFoundError) as e:
+        optional_import("sacrebleu", "data")
+    assert str(e.value) == hint("sacrebleu", "data")
+    assert e.value.name == "sacrebleu"
+
+
+def test_optional_import_of_a_submodule_names_the_package(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        optional_import("matplotlib.pyplot", "viz")
+    assert str(e.value) == hint("matplotlib", "viz")
+
+
+def test_optional_import_keeps_other_missing_modules(tmp_path, monkeypatch):
+    "A module that is there but lacks one of its imports: the real error, unchanged."
+    (tmp_path / "half_installed.py").write_text("import a_dependency_nobody_has\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModuleNotFoundError) as e:
+        optional_import("half_installed", "data")
+    assert e.value.name == "a_dependency_nobody_has"
+    assert "pip install" not in str(e.value)
+
+
+def test_plot_metrics_without_matplotlib(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        training.plot_metrics([{"step": 1, "loss": 1.0, "lr": 1e-3}])
+    assert str(e.value) == hint("matplotlib", "viz")
+
+
+def test_load_multi30k_without_datasets(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    for stem in data.MULTI30K_SPLITS.values():
+        for lang in ("en", "de"):
+            (tmp_path / f"{stem}.{lang}").write_text("A dog runs.\n")
+    with pytest.raises(ModuleNotFoundError) as e:
+        data.load_multi30k(tmp_path)
+    assert str(e.value) == hint("datasets", "data")
+
+
+def test_train_tokenizer_without_sentencepiece(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)
+    with pytest.raises(ModuleNotFoundError) as e:
+        data.train_tokenizer({"en": ["a"], "de": ["b"]}, tmp_path, 100)
+    assert str(e.value) == hint("sentencepiece", "data")
+
+
+def test_load_tokenizer_without_sentencepiece(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)
+    (tmp_path / "tokenizer.model").write_bytes(b"\x00")
+    with pytest.raises(ModuleNotFoundError) as e:
+        data.load_tokenizer(tmp_path / "tokenizer.model")
+    assert str(e.value) == hint("sentencepiece", "data")
+
+
+# --- numbers a user could get wrong (training, chapter 6) -----------------------------
+
+def tiny_model():
+    torch.manual_seed(0)
+    config = training.copy_model_config(n_layers=1, d_model=16, d_ff=32, n_heads=2)
+    return training.make_model(8, 8, config)
+
+
+def optimizer_and_scheduler():
+    return training.make_optimizer(torch.nn.Linear(1, 1), 16)
+
+
+LOG_PROBS, LABELS = torch.zeros(2, 5).log_softmax(-1), torch.tensor([1, 2])
+ONE_PAIR = [([3, 4], [5, 6])]
+LINEAR = torch.nn.Linear(1, 1)
+
+TRAINING_CASES = [  # (id, call, message)
+    ("lrate warmup 0", lambda: training.lrate(1, 512, warmup=0),
+     "warmup must be at least 1, got 0"),
+    ("lrate step 0", lambda: training.lrate(0, 512),
+     "step must be at least 1, got 0"),
+    ("lrate d_model 0", lambda: training.lrate(1, 0),
+     "d_model must be at least 1, got 0"),
+    ("lrate factor 0", lambda: training.lrate(1, 512, factor=0.0),
+     "factor must be greater than 0, got 0.0"),
+    ("optimizer warmup", lambda: training.make_optimizer(LINEAR, 512, -5),
+     "warmup must be at least 1, got -5"),
+    ("optimizer d_model", lambda: training.make_optimizer(LINEAR, "512"),
+     "d_model must be at least 1, got '512'"),
+    ("loss eps_ls 1.5",
+     lambda: training.label_smoothing_loss(LOG_PROBS, LABELS, eps_ls=1.5),
+     "eps_ls must lie in [0, 1), got 1.5"),
+    ("loss eps_ls -0.1",
+     lambda: training.label_smoothing_loss(LOG_PROBS, LABELS, eps_ls=-0.1),
+     "eps_ls must lie in [0, 1), got -0.1"),
+    ("loss shapes",
+     lambda: training.label_smoothing_loss(torch.zeros(2, 3, 5), LABELS),
+     "target must have the shape of log_probs without its last dimension: "
+     "log_probs (2, 3, 5), target (2,)"),
+    ("smoothed eps_ls 1", lambda: training.smoothed_targets(LABELS, 5, eps_ls=1),
+     "eps_ls must lie in [0, 1), got 1"),
+    ("smoothed vocab_size 0", lambda: training.smoothed_targets(LABELS, 0),
+     "vocab_size must be at least 1, got 0"),
+    ("sampler max_tokens 0", lambda: training.TokenBatchSampler([(3, 4)], 0),
+     "max_tokens must be at least 1, got 0"),
+    ("sampler max_tokens None", lambda: training.TokenBatchSampler([(3, 4)], None),
+     "max_tokens must be at least 1, got None"),
+    ("make_batch no pairs", lambda: training.make_batch([]),
+     "pairs must hold at least one (src_ids, tgt_ids) pair, got none"),
+    ("make_batch pad_id -1", lambda: training.make_batch(ONE_PAIR, pad_id=-1),
+     "pad_id must be at least 0, got -1"),
+    ("make_batch same ids", lambda: training.make_batch(ONE_PAIR, pad_id=2),
+     "pad_id, bos_id and eos_id must be three different ids, "
+     "got {'pad_id': 2, 'bos_id': 1, 'eos_id': 2}"),
+    ("train_step no batches",
+     lambda: training.train_step(tiny_model(), [], *optimizer_and_scheduler()),
+     "batches must hold at least one micro-batch, got none"),
+    ("train_step clip_norm",
+     lambda: training.train_step(tiny_model(), [training.make_batch(ONE_PAIR)],
+                                 *optimizer_and_scheduler(), clip_norm=0),
+     "clip_norm must be greater than 0, got 0"),
+    ("evaluate no batches", lambda: training.evaluate(tiny_model(), []),
+     "batches must hold at least one target token, got none"),
+    ("average no paths", lambda: training.average_checkpoints([]),
+     "paths must name at least one checkpoint, got none"),
+    ("average one path", lambda: training.average_checkpoints("runs/x/step_00000010"),
+     "paths must be a list of checkpoints, got the single path "
+     "'runs/x/step_00000010'; pass ['runs/x/step_00000010'] to average one"),
+    ("train no pairs",
+     lambda: training.train(tiny_model(), [], training.TrainConfig()),
+     "train_pairs must hold at least one pair, got none"),
+    ("copy_task vocab_size", lambda: training.copy_task(10, vocab_size=3),
+     "vocab_size must be at least 4, got 3"),
+    ("copy_task max_len", lambda: training.copy_task(10, min_len=5, max_len=2),
+     "max_len must be at least 5, got 2"),
+    ("copy_task min_len", lambda: training.copy_task(10, min_len=0),
+     "min_len must be at least 1, got 0"),
+    ("copy_task n_pairs", lambda: training.copy_task(-1),
+     "n_pairs must be at least 0, got -1"),
+]
+
+
+@pytest.mark.parametrize("call, message",
+                         [pytest.param(c, m, id=i) for i, c, m in TRAINING_CASES])
+def test_training_arguments(call, message):
+    assert message_of(call) == message
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("steps", 0, "steps must be at least 1, got 0"),
+    ("max_tokens", 0, "max_tokens must be at least 1, got 0"),
+    ("accum_steps", 0, "accum_steps must be at least 1, got 0"),
+    ("warmup", 0, "warmup must be at least 1, got 0"),
+    ("log_every", 0, "log_every must be at least 1, got 0"),
+    ("eval_every", -1, "eval_every must be at least 1, got -1"),
+    ("save_every", 0, "save_every must be at least 1, got 0"),
+    ("keep_last", 0, "keep_last must be at least 1, got 0"),
+    ("lr_factor", 0, "lr_factor must be greater than 0, got 0"),
+    ("eps_ls", 1.0, "eps_ls must lie in [0, 1), got 1.0"),
+    ("clip_norm", -1.0, "clip_norm must be greater than 0, got -1.0"),
+    ("precision", "fp8", "precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"),
+    ("bos_id", -1, "bos_id must be at least 0, got -1"),
+    ("max_tokens", True, "max_tokens must be at least 1, got True"),
+])
+def test_train_config_fields(field, value, message):
+    assert message_of(lambda: training.TrainConfig(**{field: value})) == message
+
+
+def test_train_config_defaults_and_presets_pass():
+    training.TrainConfig()
+    training.TrainConfig(**training.COPY_TRAIN)
+    quick = {**training.COPY_TRAIN, **training.COPY_QUICK}
+    training.TrainConfig(**quick, clip_norm=1.0)
+
+
+def test_training_cli_reports_bad_numbers(capsys):
+    with pytest.raises(SystemExit) as e:
+        training.training_cli(["--run-dir", "unused", "--max-tokens", "0"])
+    assert e.value.code == 2
+    assert "error: max_tokens must be at least 1, got 0" in capsys.readouterr().err
+
+
+# --- numbers and names a user could get wrong (data, chapter 8) -----------------------
+
+COLUMNS = {"en": ["a dog runs", "two men talk"],
+           "de": ["ein Hund rennt", "zwei Männer"]}
+VOCAB_SIZE_RULE = ("vocab_size must be an integer of at least 5 "
+                   "(4 special pieces and one more)")
+
+DATA_CASES = [  # (id, call on a folder, message)
+    ("vocab_size 4", lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=4),
+     f"{VOCAB_SIZE_RULE}, got 4"),
+    ("vocab_size float", lambda tmp: data.train_tokenizer(COLUMNS, tmp, 8000.0),
+     f"{VOCAB_SIZE_RULE}, got 8000.0"),
+    ("model_type",
+     lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, model_type="BPE"),
+     "model_type must be one of ('bpe', 'unigram', 'char', 'word'), got 'BPE'"),
+    ("langs missing",
+     lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, langs=("en", "fr")),
+     "langs must name columns of the training split ['en', 'de'], got ('en', 'fr')"),
+    ("langs string", lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, langs="en"),
+     "langs must name columns of the training split ['en', 'de'], got 'en'"),
+    ("to_pairs src", lambda tmp: data.to_pairs(COLUMNS, None, src="fr"),
+     "src must be a column of the split ['en', 'de'], got 'fr'"),
+    ("to_pairs tgt", lambda tmp: data.to_pairs(COLUMNS, None, tgt="cs"),
+     "tgt must be a column of the split ['en', 'de'], got 'cs'"),
+    ("load langs string", lambda tmp: data.load_multi30k(tmp, langs="en"),
+     "langs must be a non-empty list or tuple of names, got 'en'"),
+    ("load splits string", lambda tmp: data.load_multi30k(tmp, splits="train"),
+     "splits must be a non-empty list or tuple of names, got 'train'"),
+    ("load no langs", lambda tmp: data.load_multi30k(tmp, langs=()),
+     "langs must be a non-empty list or tuple of names, got ()"),
+]
+
+
+@pytest.mark.parametrize("call, message",
+                         [pytest.param(c, m, id=i) for i, c, m in DATA_CASES])
+def test_data_arguments(call, message, tmp_path):
+    pytest.importorskip("sentencepiece")
+    assert message_of(lambda: call(tmp_path)) == message
+
+
+def test_vocab_size_too_large_for_the_text(tmp_path):
+    pytest.importorskip("sentencepiece")
+    message = message_of(lambda: data.train_tokenizer(COLUMNS, tmp_path, 500))
+    assert re.fullmatch(r"sentencepiece cannot train vocab_size=500 on this text: "
+                        r"Vocabulary size too high \(500\)\. Please set it to a value "
+                        r"<= \d+\.", message), message
+
+
+# --- a broken tokenizer file ----------------------------------------------------------
+
+def tokenizer_hint(path) -> str:
+    return (f"{path} is not a sentencepiece model (corrupt or truncated?): copy it "
+            "again from the model directory, or retrain it with train_tokenizer")
+
+
+@pytest.fixture(scope="module")
+def good_model(tmp_path_factory):
+    pytest.importorskip("sentencepiece")
+    words = "a dog runs the man talks two women walk on street in park".split()
+    corpus = [" ".join(words[(i + j) % len(words)] for j in range(6))
+              for i in range(200)]
+    tmp = tmp_path_factory.mktemp("spm")
+    return data.train_tokenizer({"en": corpus, "de": corpus}, tmp, 40, name="tokenizer")
+
+
+@pytest.mark.parametrize("kind", ["random bytes", "truncated", "text", "empty"])
+def test_corrupt_tokenizer_names_file_and_fix(kind, good_model, tmp_path):
+    assert data.load_tokenizer(good_model).get_piece_size() == 40
+    whole = good_model.read_bytes()
+    content = {"random bytes": random.Random(0).randbytes(4000),
+               "truncated": whole[:len(whole) // 2],
+               "text": b"this is not a model\n",
+               "empty": b""}[kind]
+    bad = tmp_path / "tokenizer.model"
+    bad.write_bytes(content)
+    assert message_of(lambda: data.load_tokenizer(bad)) == tokenizer_hint(bad)
+
+
+def test_missing_tokenizer_names_file(tmp_path):
+    with pytest.raises(FileNotFoundError) as e:
+        data.load_tokenizer(tmp_path / "tokenizer.model")
+    assert str(e.value) == f"no sentencepiece model at {tmp_path / 'tokenizer.model'}"
