@@ -114,3 +114,131 @@ def test_help_via_python_m():
                             *args, "--help"], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert r.returncode == 0 and "usage: annotated-transformer" in r.stdout, r.stderr
+
+
+def test_version(capsys):
+    from annotated_transformer import __version__
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == f"annotated-transformer {__version__}\n"
+
+
+def test_missing_device_is_named(model_dir, capsys):
+    for device in ("cuda:99", "gpu"):
+        with pytest.raises(SystemExit) as e:
+            main(["translate", "--model-dir", str(model_dir), "--device", device])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"no device '{device}' on this machine; it has cpu" in err
+        assert "Traceback" not in err
+
+
+def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, capsys):
+    """The default recipe has no time limit, so a run started with {"max_minutes": null}
+    resumes under a config that leaves it out; the progress shows the steps."""
+    from annotated_transformer.translation import TranslationRecipe
+    assert TranslationRecipe().max_minutes is None
+    config = model_dir.parent / "no_minutes.json"
+    config.write_text(json.dumps({k: v for k, v in TINY.items() if k != "max_minutes"}))
+    assert main(["train", "--model-dir", str(model_dir), "--data", str(DATA), "--config",
+                 str(config), "--threads", "1", "--steps", "10"]) == 0
+    err = capsys.readouterr().err
+    assert "resuming from" in err and "training pairs" in err and "saved" in err
+    assert "training: 100%" in err and "10/10" in err              # the bar over steps
+
+
+def read_line(stream, timeout: float = 60.0) -> str:
+    "One line from a subprocess's pipe, or a test failure after `timeout` seconds."
+    import queue
+    import threading
+    box = queue.Queue()
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    try:
+        return box.get(timeout=timeout)
+    except queue.Empty:
+        pytest.fail(f"no output line within {timeout} s")
+
+
+def test_translate_streams_line_by_line(model_dir, tmp_path):
+    """Fed one line at a time by a writer that waits for each answer, `translate` answers
+    each line before the next arrives, in order, with the same text as from a file."""
+    lines = ["A dog runs.", "", "Two men play chess in the park.", "A girl sings."]
+    source, expected = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(lines) + "\n")
+    common = ["--model-dir", str(model_dir), "--beam-size", "1", "--device", "cpu",
+              "--threads", "1"]
+    assert main(["translate", *common, "-i", str(source), "-o", str(expected)]) == 0
+    want = expected.read_text(encoding="utf-8").splitlines()
+    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer.translation",
+                          "translate", *common], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        for line, answer in zip(lines, want):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+            assert read_line(p.stdout) == answer + "\n"
+        p.stdin.write("\n".join(lines) + "\n")                     # a burst: in order
+        p.stdin.flush()
+        assert [read_line(p.stdout) for _ in lines] == [w + "\n" for w in want]
+        p.stdin.write(lines[0])                                    # no final newline
+        p.stdin.close()
+        assert read_line(p.stdout) == want[0] + "\n"
+        assert p.wait(timeout=60) == 0, p.stderr.read()
+    finally:
+        p.kill()
+
+
+def test_progress_bar_only_on_a_terminal(model_dir, tmp_path, capsys):
+    import fcntl
+    import pty
+    import struct
+    import termios
+    source = tmp_path / "in.en"
+    source.write_text("A dog runs.\nA cat sleeps.\n")
+    args = ["translate", "--model-dir", str(model_dir), "-i", str(source), "--beam-size",
+            "1", "--device", "cpu", "--threads", "1"]
+    assert main(args) == 0
+    assert "sentence/s" not in capsys.readouterr().err            # stderr: not a terminal
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 wide
+    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer.translation", *args],
+                         stdout=subprocess.PIPE, stderr=slave,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    os.close(slave)
+    err = b""
+    try:
+        while chunk := os.read(master, 4096):
+            err += chunk
+    except OSError:                                  # EIO: the terminal's writer is gone
+        pass
+    finally:
+        os.close(master)
+    assert p.wait(timeout=60) == 0 and p.stdout.read().count(b"\n") == 2
+    assert b"2/2" in err and b"sentence" in err
+
+
+def test_evaluate_json(model_dir, tmp_path, capsys):
+    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
+    src.write_text("".join(open(DATA / "val.en").readlines()[:4]))
+    ref.write_text("".join(open(DATA / "val.de").readlines()[:4]))
+    assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
+                 "--reference", str(ref), "--beam-size", "2", "--json"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    result = json.loads(out)
+    assert 0 <= result["score"] <= 100 and "tok:13a" in result["signature"]
+    assert result["lines"] == 4 and result["seconds"] >= 0
+    assert result["beam_size"] == 2 and result["alpha"] == 0.6
+    assert result["precision"] == "fp32" and result["device"].startswith(("cpu", "cuda"))
+
+
+def test_missing_extra_is_one_line(model_dir, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sacrebleu", None)            # as if not installed
+    src = tmp_path / "src.en"
+    src.write_text("A dog.\n")
+    assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
+                 "--reference", str(src), "--beam-size", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and 'pip install "annotated_transformer[data]"' in err
