@@ -49,7 +49,7 @@ def hub(tmp_path, monkeypatch):
 def test_writes_the_six_files_then_leaves_them_alone(hub, tmp_path, capsys):
     script = load(REPO / "tools/fetch_multi30k.py")
     target = tmp_path / "multi30k"
-    assert script.main([str(target)]) == 0
+    assert script.main([str(target), "--source", "hub"]) == 0
     assert sorted(p.name for p in target.iterdir()) == sorted(FILES)   # no temporary files left
     for name in FILES:
         assert (target / name).read_text(encoding="utf-8") == first_lines(name), name
@@ -59,3 +59,34 @@ def test_writes_the_six_files_then_leaves_them_alone(hub, tmp_path, capsys):
     capsys.readouterr()
     assert script.main([str(target)]) == 0
     assert "nothing to do" in capsys.readouterr().out
+
+
+def test_official_files_checked_by_hash(tmp_path):
+    """The default source: gzipped official files, served here from 127.0.0.1; each text's
+    SHA-256 must be the listed one, and a wrong file leaves nothing behind."""
+    import gzip
+    import http.server
+    import threading
+    from functools import partial
+
+    served = tmp_path / "served"
+    served.mkdir()
+    for name in FILES:
+        (served / f"{name}.gz").write_bytes(gzip.compress((DATA / name).read_bytes()))
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    script = load(REPO / "tools/fetch_multi30k.py")
+    try:
+        target = tmp_path / "multi30k"
+        script.fetch_official(target, base)
+        for name in FILES:
+            assert (target / name).read_bytes() == (DATA / name).read_bytes(), name
+        (served / "val.de.gz").write_bytes(gzip.compress(b"not the file\n"))
+        with pytest.raises(OSError, match="SHA-256"):
+            script.fetch_official(tmp_path / "other", base)
+        assert list((tmp_path / "other").iterdir()) == []
+    finally:
+        server.shutdown()

@@ -1,6 +1,12 @@
-"""Write the Multi30k English-German text files that the tests read, from the Hugging Face hub.
+"""Write the Multi30k English-German text files that the tests read.
 
-    python tools/fetch_multi30k.py [TARGET] [--hub PATH_OR_ID]
+    python tools/fetch_multi30k.py [TARGET] [--source official|hub] [--hub PATH_OR_ID]
+
+By default (`--source official`) the files come from the official Multi30k repository at a
+pinned commit (`OFFICIAL`: the gzipped raw files of Task 1), each checked against the SHA-256
+of the text that ../shared/data/multi30k/README.md lists, so a CI runner tests exactly the bytes
+this machine does and the notebooks' stored outputs match. If that download fails, or with
+`--source hub`, the script falls back to the hub copy, as follows.
 
 The tests (and `make test`) read `../shared/data/multi30k/{train,val,test_2016_flickr}.{en,de}`
 beside the repository and never go online. A machine without that folder (a CI runner) runs this
@@ -18,8 +24,12 @@ the hub id by another id or by a local folder holding `train.jsonl`, `val.jsonl`
 (one JSON object with "en" and "de" per line, the hub copy's layout): a stand-in for tests.
 """
 import argparse
+import gzip
+import hashlib
 import os
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,6 +38,16 @@ LANGS = ("en", "de")
 # the loader's split name -> file stem (as `annotated_transformer.data.MULTI30K_SPLITS`)
 STEMS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 HUB_ENV = "AT_MULTI30K_HUB"
+OFFICIAL = ("https://raw.githubusercontent.com/multi30k/dataset/"
+            "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw")
+SHA256 = {  # of the gunzipped text, as listed in ../shared/data/multi30k/README.md
+    "train.en": "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
+    "train.de": "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72",
+    "val.en": "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227",
+    "val.de": "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660",
+    "test_2016_flickr.en": "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182",
+    "test_2016_flickr.de": "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
+}
 
 
 def wanted_files(target: Path) -> list[Path]:
@@ -69,10 +89,39 @@ def write_splits(ds, target: Path) -> dict[str, int]:
     return counts
 
 
+def fetch_official(target: Path, base: str = OFFICIAL) -> None:
+    """Download `<base>/<name>.gz` for the six files, check each text's SHA-256, and only
+    then move all of them into `target`; raises OSError (nothing written) on any failure."""
+    target.mkdir(parents=True, exist_ok=True)
+    parts = []
+    try:
+        for f in wanted_files(target):
+            url = f"{base}/{f.name}.gz"
+            try:
+                with urllib.request.urlopen(url, timeout=60) as response:
+                    text = gzip.decompress(response.read())
+            except (urllib.error.URLError, OSError, EOFError) as e:
+                raise OSError(f"{url}: {e}") from None
+            if hashlib.sha256(text).hexdigest() != SHA256[f.name]:
+                raise OSError(f"{url}: the text's SHA-256 is not the one listed")
+            part = target / f".{f.name}.partial"
+            part.write_bytes(text)
+            parts.append((part, f))
+        for part, f in parts:
+            os.replace(part, f)
+    finally:
+        for part, _ in parts:
+            part.unlink(missing_ok=True)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("target", nargs="?", type=Path, default=DEFAULT_TARGET,
                    help=f"folder for the text files (default: {DEFAULT_TARGET})")
+    p.add_argument("--source", choices=["official", "hub"], default="official",
+                   help="the official repository's files (default; the hub if that fails) "
+                        "or the hub copy")
+    p.add_argument("--official-url", default=OFFICIAL, help=argparse.SUPPRESS)  # tests
     p.add_argument("--hub", help=f"hub id or local folder to read instead of the hub copy "
                                  f"(sets ${HUB_ENV})")
     args = p.parse_args(argv)
@@ -80,6 +129,13 @@ def main(argv=None) -> int:
     if present(target):
         print(f"Multi30k: the text files are already in {target}; nothing to do")
         return 0
+    if args.source == "official":
+        try:
+            fetch_official(target, args.official_url)
+            print(f"Multi30k: wrote the official en/de files to {target} (hashes checked)")
+            return 0
+        except OSError as e:
+            print(f"Multi30k: official files unavailable ({e}); trying the hub copy")
     if args.hub:
         os.environ[HUB_ENV] = args.hub
     # The loader reads a local folder when $MULTI30K_DIR is set; we want the hub copy.
