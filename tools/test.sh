@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (`make test`): five stages, each timed. Run from the repository root.
+# The test command (`make test`): seven stages, each timed. Run from the repository root.
 set -euo pipefail
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
@@ -27,6 +27,13 @@ sync_check() {
     return 1
   fi
   $BIN/python tools/nbclean.py --check
+  # the repository URL lives in _config.yml; the library's copy (model downloads) must agree
+  $BIN/python - <<'PY'
+import yaml
+from annotated_transformer.translation import REPOSITORY_URL
+url = yaml.safe_load(open("_config.yml"))["repository"]["url"]
+assert REPOSITORY_URL == url, f"REPOSITORY_URL {REPOSITORY_URL} != _config.yml {url}"
+PY
 }
 
 notebooks() {
@@ -94,6 +101,8 @@ stage "2 notebooks (nbval)" notebooks
 stage "3 book (-W)" book
 stage "4 site check" site
 stage "5 wheel + CLI in fresh venv" wheel
+stage "6 fresh runtime (chapters)" bash tools/fresh_runtime.sh
+stage "7 workflows and dists" bash tools/lint.sh
 
 echo "=== stage times"
 printf '%s\n' "${TIMES[@]}"

@@ -1,0 +1,44 @@
+"""The model committed under models/: its files, its size, and the score its card states.
+
+The card's test_2016_flickr sacreBLEU (beam 4, alpha 0.6) is recomputed here from the committed
+files and must agree within 0.05."""
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from annotated_transformer.translation import Translator, corpus_bleu
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = ROOT / "models/multi30k_en_de"
+DATA = ROOT.parent / "shared/data/multi30k"
+pytestmark = pytest.mark.skipif(not (MODEL / "config.json").exists(),
+                                reason=f"no shipped model at {MODEL}")
+
+
+def card_bleu() -> float:
+    front = (MODEL / "README.md").read_text(encoding="utf-8").split("---")[1]
+    return float(re.search(r"test_2016_flickr_sacrebleu: ([\d.]+)", front).group(1))
+
+
+def test_files_listed_with_their_hashes_and_small():
+    config = json.loads((MODEL / "config.json").read_text())
+    listed = config["files"]
+    assert {"model.safetensors", "tokenizer.model"} <= set(listed)
+    for name, digest in listed.items():
+        assert hashlib.sha256((MODEL / name).read_bytes()).hexdigest() == digest, name
+    size = sum(f.stat().st_size for f in MODEL.iterdir())
+    assert size <= 20 * 2**20, f"models/multi30k_en_de is {size / 2**20:.1f} MiB > 20"
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason=f"no Multi30k files at {DATA}")
+def test_card_bleu_is_what_the_committed_files_score():
+    translator = Translator.from_pretrained(MODEL)
+    src = (DATA / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    ref = (DATA / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    hyps = translator.translate(src, beam_size=4, alpha=0.6, batch_size=64)
+    score, signature = corpus_bleu(hyps, ref)
+    print(score, signature)
+    assert abs(score.score - card_bleu()) <= 0.05, (score.score, card_bleu())
