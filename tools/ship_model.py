@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.translation import Translator, corpus_bleu
+from annotated_transformer.translation import Translator, _hardware, corpus_bleu
 
 LOG_FILE = "training_log.jsonl"
 
@@ -48,15 +48,17 @@ or `annotated-transformer translate --model-dir multi30k_en_de`.
 
 ## Result
 
-| test set | decoding | sacreBLEU | signature |
-|---|---|---:|---|
-| Multi30k test_2016_flickr (1,000 sentences) | beam 4, α 0.6, fp32 | **{bleu:.2f}** | `{signature}` |
+| test set | decoding | sacreBLEU |
+|---|---|---:|
+| Multi30k test_2016_flickr (1,000 sentences) | beam 4, α 0.6, fp32 | **{bleu:.2f}** |
+
+sacreBLEU signature: `{signature}` (detokenised, cased).
 
 Computed from the files in this folder (16-bit weights, loaded as float32) by
 `tools/ship_model.py`; the test command recomputes it and fails if it moves by more than
-0.05. Translating the 1,000 sentences took {seconds:.1f} s on {hardware}.
+0.05. Translating the 1,000 sentences took {seconds:.1f} s on {here}.
 Validation BLEU (greedy, all 1,014 sentences) of the selected average: {val_bleu:.2f}.
-
+{note}
 ## Training
 
 - **Data:** Multi30k Task 1 English–German, the 29,000 training pairs; the 1,014 validation
@@ -109,6 +111,7 @@ def main():
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("--data", type=Path, default=Path("../shared/data/multi30k"))
     ap.add_argument("--command", required=True, help="the command that trained the run")
+    ap.add_argument("--note", default="", help="a paragraph for the card, under the result")
     a = ap.parse_args()
 
     run = Translator.from_pretrained(a.run_dir)
@@ -141,7 +144,8 @@ def main():
         val_bleu=notes["val_bleu_greedy"], command=a.command,
         hardware=notes["hardware"], torch=notes["torch"],
         train_minutes=notes["train_minutes"], total_minutes=notes["total_minutes"],
-        dtype="float16", log=LOG_FILE)
+        dtype="float16", log=LOG_FILE, here=_hardware(),
+        note=f"\n{a.note}\n" if a.note else "")
     (a.out_dir / "README.md").write_text(card, encoding="utf-8")
     (a.out_dir / "README.md").chmod(0o644)
     size = sum(f.stat().st_size for f in a.out_dir.iterdir()) / 2**20
