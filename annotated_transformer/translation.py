@@ -468,6 +468,21 @@ def _hardware() -> str:
     n = torch.get_num_threads()
     return f"{name}, {n} CPU thread{'s' if n > 1 else ''}"
 
+# %% ../nbs/09_translation.ipynb #fbe497e1
+def _check_resume(saved: Path, recipe: TranslationRecipe, done: list[Path]) -> None:
+    """Refuse to resume the run whose recipe is in `saved` under another recipe. Only
+    `train.steps` may differ, and only upward: the schedule (Eq. 3) does not depend on
+    the total, so extending a finished run equals training the larger budget at once."""
+    old, new = json.loads(saved.read_text()), json.loads(json.dumps(recipe.to_dict()))
+    budgetless = lambda d: {**d, "train": {**d["train"], "steps": None}}
+    if budgetless(old) != budgetless(new):
+        raise ValueError(f"{saved}: the run in {saved.parent} used another recipe; "
+                         "resume with the same one, or use a new directory")
+    trained = int(done[-1].name[5:]) if done else 0
+    if new["train"]["steps"] < trained:
+        raise ValueError(f"{saved.parent} already holds {trained} steps; ask for at "
+                         "least that many, or use a new directory")
+
 # %% ../nbs/09_translation.ipynb #2961beeb
 def train_translation(recipe: TranslationRecipe, model_dir, data=None,
                       progress: bool = True) -> Translator:
@@ -479,10 +494,8 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
     run_dir, r, c = model_dir / "checkpoints", recipe, recipe.train
     model_dir.mkdir(parents=True, exist_ok=True)
     saved = model_dir / "recipe.json"
-    if saved.exists() and json.loads(saved.read_text()) != json.loads(
-            json.dumps(r.to_dict())):
-        raise ValueError(f"{saved}: the run in {model_dir} used another recipe; "
-                         "resume with the same one, or use a new directory")
+    if saved.exists():
+        _check_resume(saved, r, checkpoints(run_dir))
     saved.write_text(json.dumps(r.to_dict(), indent=1) + "\n")
     if r.threads:
         torch.set_num_threads(r.threads)
