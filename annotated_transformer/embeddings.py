@@ -53,8 +53,9 @@ def _check_positions(x: Tensor, start: int, max_len: int, d_model: int) -> None:
 
 class PositionalEncoding(nn.Module):
     """Sinusoidal positional encoding of §3.5, added to the embeddings, then dropout
-    (§5.4). `forward(x, start=0)`: `x` is `(batch, seq_len, d_model)`; the encodings of
-    positions `start..start+seq_len-1` are added. Beyond `max_len`: `ValueError`."""
+    (§5.4). `forward(x, *, start=0)`: `x` is `(batch, seq_len, d_model)`; the
+    encodings of positions `start..start+seq_len-1` are added. Beyond `max_len`:
+    `ValueError`."""
 
     def __init__(self, d_model: int, p_drop: float = 0.1, max_len: int = 5000):
         super().__init__()
@@ -64,7 +65,7 @@ class PositionalEncoding(nn.Module):
         pe = sinusoidal_encoding(max_len, d_model)
         self.register_buffer("pe", pe, persistent=False)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, *, start: int = 0) -> Tensor:
         _check_positions(x, start, self.max_len, self.d_model)
         return self.dropout(x + self.pe[start: start + x.size(1)].to(x.dtype))
 
@@ -79,7 +80,7 @@ class LearnedPositionalEncoding(nn.Module):
         self.table = nn.Embedding(max_len, d_model)
         self.dropout = nn.Dropout(p_drop)
 
-    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+    def forward(self, x: Tensor, *, start: int = 0) -> Tensor:
         _check_positions(x, start, self.max_len, self.d_model)
         positions = torch.arange(start, start + x.size(1), device=x.device)
         return self.dropout(x + self.table(positions))

@@ -6,7 +6,6 @@ __all__ = ['PositionwiseFeedForward', 'SublayerConnection', 'EncoderLayer', 'Dec
 # %% ../nbs/04_layers.ipynb #ceaa3b17
 import re
 
-import torch
 from torch import Tensor, nn
 
 from .multihead import MultiHeadAttention
@@ -26,15 +25,16 @@ class PositionwiseFeedForward(nn.Module):
     """Position-wise feed-forward network, Eq. (2) of §3.3: max(0, x·W1 + b1)·W2 + b2.
 
     `(batch, seq_len, d_model)` → same shape, with the same weights at every position.
-    `activation`: "relu" (the paper) or "gelu"; `dropout` acts on the hidden layer.
+    `activation`: "relu" (the paper) or "gelu"; `p_ff_drop`: dropout on the hidden
+    layer.
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0,
+    def __init__(self, d_model: int, d_ff: int, p_ff_drop: float = 0.0,
                  activation: str = "relu"):
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
         self.activation = _activation(activation)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(p_ff_drop)
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.dropout(self.activation(self.linear1(x)))  # (batch, len, d_ff)
@@ -59,20 +59,22 @@ class SublayerConnection(nn.Module):
 # %% ../nbs/04_layers.ipynb #18b770bd
 class EncoderLayer(nn.Module):
     """Encoder layer of §3.1: self-attention and a feed-forward network, each in a
-    `SublayerConnection`. `forward(x, mask)`: `x` `(batch, S, d_model)`, `mask` a bool
-    padding mask `(batch, 1, S)` (True = may attend) or None → `(batch, S, d_model)`."""
+    `SublayerConnection`. `forward(x, *, mask=None)`: `x` `(batch, S, d_model)`,
+    `mask` a bool padding mask `(batch, 1, S)` (True = may attend) → same shape as x.
+    `bias=False`: attention projections without biases (chapter 2)."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, p_drop: float = 0.1,
                  p_attn_drop: float = 0.0, p_ff_drop: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu"):
+                 norm_first: bool = False, activation: str = "relu",
+                 bias: bool = True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=p_attn_drop)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop,
                                                     activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(d_model, p_drop, norm_first) for _ in range(2))
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, mask: Tensor | None = None) -> Tensor:
         attend = lambda y: self.self_attn(query=y, key=y, value=y, mask=mask)
         x = self.sublayers[0](x, attend)
         return self.sublayers[1](x, self.feed_forward)
@@ -82,24 +84,24 @@ class DecoderLayer(nn.Module):
     """Decoder layer of §3.1: masked self-attention, cross-attention over the encoder
     output `memory`, and a feed-forward network, each in a `SublayerConnection`.
 
-    `forward(x, memory, src_mask, tgt_mask, cache=None)`: `x` `(batch, T, d_model)`,
+    `forward(x, memory, *, src_mask, tgt_mask, cache)`: `x` `(batch, T, d_model)`,
     `memory` `(batch, S, d_model)`, `src_mask` `(batch, 1, S)`, `tgt_mask`
-    `(batch, T, T)` (True = may attend; None = no mask). `cache`: this layer's
-    `{"self": {}, "cross": {}}`, filled in place.
+    `(batch, T, T)` (True = may attend; None, the default = no mask). `cache`: this
+    layer's `{"self": {}, "cross": {}}`, filled in place. `bias` as in `EncoderLayer`.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, p_drop: float = 0.1,
                  p_attn_drop: float = 0.0, p_ff_drop: float = 0.0,
-                 norm_first: bool = False, activation: str = "relu"):
+                 norm_first: bool = False, activation: str = "relu", bias: bool = True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=p_attn_drop)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=p_attn_drop)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
         self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop,
                                                     activation)
         self.sublayers = nn.ModuleList(
             SublayerConnection(d_model, p_drop, norm_first) for _ in range(3))
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
         own, cross = (None, None) if cache is None else (cache["self"], cache["cross"])
         attend_self = lambda y: self.self_attn(query=y, key=y, value=y, mask=tgt_mask,

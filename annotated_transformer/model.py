@@ -14,6 +14,7 @@ from .attention import padding_mask, subsequent_mask
 from .embeddings import (Embeddings, LearnedPositionalEncoding,
                                               PositionalEncoding)
 from .layers import _ACTIVATIONS, DecoderLayer, EncoderLayer
+from .utils import check_number
 
 # %% ../nbs/05_model.ipynb #9825cf8b
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3   # special tokens, defined here only
@@ -22,13 +23,20 @@ _PRESETS = {
     "base": dict(n_layers=6, d_model=512, d_ff=2048, n_heads=8, p_drop=0.1),
     "big": dict(n_layers=6, d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
     "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2, p_drop=0.1),
+    # the copy-task model of chapters 6 and 7
+    "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, p_drop=0.1, max_len=64),
+    # the English-German model of chapter 9
+    "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
+                     p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
 }
 
 
 @dataclasses.dataclass
 class TransformerConfig:
     """Hyper-parameters with the paper's names; the defaults are the base model of
-    Table 3. Presets: `TransformerConfig.preset("base" | "big" | "tiny", **changes)`."""
+    Table 3. Presets: `TransformerConfig.preset(name, **changes)`, `name` one of
+    "base", "big" (Table 3), "tiny" (toy sizes), "copy" (chapter 6) and "multi30k"
+    (chapter 9)."""
     n_layers: int = 6              # N: layers in each of the two stacks
     d_model: int = 512
     d_ff: int = 2048
@@ -41,6 +49,7 @@ class TransformerConfig:
     activation: str = "relu"       # or "gelu"
     learned_pos: bool = False      # learned positions (Table 3, row E)
     tie_embeddings: bool = True    # §3.4: embeddings and output layer share a matrix
+    bias: bool = True              # biases in attention and output layer (not in §3)
     pad_id: int = PAD_ID          # the padding token, from which masks are built
 
     def __post_init__(self):
@@ -48,20 +57,16 @@ class TransformerConfig:
             raise ValueError(f"n_heads={self.n_heads} must divide "
                              f"d_model={self.d_model} (d_k = d_model / n_heads)")
         for name in ("n_layers", "d_model", "d_ff", "max_len"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, "
-                                 f"got {getattr(self, name)}")
+            check_number(name, getattr(self, name), 1)
         for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must lie in [0, 1), "
-                                 f"got {getattr(self, name)}")
+            check_number(name, getattr(self, name), 0, 1)
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, "
                              f"got {self.activation!r}")
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TransformerConfig":
-        "A named configuration (`base`, `big`, `tiny`) with some fields overridden."
+        "A named configuration (see the class docstring) with some fields overridden."
         if name not in _PRESETS:
             raise ValueError(f"unknown preset {name!r}; "
                              f"known presets: {', '.join(_PRESETS)}")
@@ -76,12 +81,12 @@ class TransformerConfig:
 def _layer_args(c: TransformerConfig) -> dict:
     return dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, p_drop=c.p_drop,
                 p_attn_drop=c.p_attn_drop, p_ff_drop=c.p_ff_drop,
-                norm_first=c.norm_first, activation=c.activation)
+                norm_first=c.norm_first, activation=c.activation, bias=c.bias)
 
 
 class Encoder(nn.Module):
     """The encoder of §3.1: `n_layers` `EncoderLayer`s in `.layers`, then a LayerNorm
-    only for Pre-LN. `forward(x, mask)`: `(batch, S, d_model)` → same shape."""
+    only for Pre-LN. `forward(x, *, mask=None)`: `(batch, S, d_model)` → same shape."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -89,15 +94,15 @@ class Encoder(nn.Module):
             EncoderLayer(**_layer_args(config)) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model) if config.norm_first else None
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, *, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
-            x = layer(x, mask)
+            x = layer(x, mask=mask)
         return x if self.norm is None else self.norm(x)
 
 
 class Decoder(nn.Module):
     """The decoder of §3.1: `n_layers` `DecoderLayer`s in `.layers`, then a LayerNorm
-    only for Pre-LN. `forward(x, memory, src_mask, tgt_mask, cache=None)` →
+    only for Pre-LN. `forward(x, memory, *, src_mask, tgt_mask, cache)` →
     `(batch, T, d_model)`; `cache` holds one `{"self": {}, "cross": {}}` per layer."""
 
     def __init__(self, config: TransformerConfig):
@@ -106,32 +111,34 @@ class Decoder(nn.Module):
             DecoderLayer(**_layer_args(config)) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model) if config.norm_first else None
 
-    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor | None = None,
+    def forward(self, x: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: list | None = None) -> Tensor:
         for i, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache[i]
-            x = layer(x, memory, src_mask, tgt_mask, layer_cache)
+            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask,
+                      cache=layer_cache)
         return x if self.norm is None else self.norm(x)
 
 # %% ../nbs/05_model.ipynb #801737d7
 class Generator(nn.Linear):
     """Output layer (§3.4): linear map to the vocabulary, then log-softmax.
-    `(batch, T, d_model)` → log-probabilities `(batch, T, vocab_size)`."""
+    `(batch, T, d_model)` → log-probabilities `(batch, T, vocab_size)`. `bias=False`:
+    no bias vector, as in the paper's equations."""
 
-    def __init__(self, d_model: int, vocab_size: int):
-        super().__init__(d_model, vocab_size)
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = True):
+        super().__init__(d_model, vocab_size, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.log_softmax(super().forward(x), dim=-1)
 
 # %% ../nbs/05_model.ipynb #631e7a6b
 def _check_tokens(name: str, t) -> None:
-    if not isinstance(t, Tensor):
-        raise ValueError(f"{name} must be a tensor of token ids, "
-                         f"got {type(t).__name__}")
-    if t.dim() != 2 or t.dtype not in (torch.int64, torch.int32):
+    if not (isinstance(t, Tensor) and t.dim() == 2
+            and t.dtype in (torch.int64, torch.int32)):
+        got = (f"shape {tuple(t.shape)} and dtype {t.dtype}" if isinstance(t, Tensor)
+               else type(t).__name__)
         raise ValueError(f"{name} must be integer token ids of shape (batch, seq_len), "
-                         f"got shape {tuple(t.shape)} and dtype {t.dtype}")
+                         f"got {got}")
 
 
 def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
@@ -145,6 +152,25 @@ def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
                      f"{n_q} or 1, {n_k}) (True = may attend), got a {got}")
 
 
+def _check_pair(src, tgt) -> None:
+    _check_tokens("src", src)
+    _check_tokens("tgt", tgt)
+    if src.size(0) != tgt.size(0):
+        raise ValueError(f"src and tgt must hold as many sentences, "
+                         f"got {src.size(0)} and {tgt.size(0)}")
+
+
+def _check_vocabularies(src_vocab: int, tgt_vocab: int, c: TransformerConfig) -> None:
+    if c.tie_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(f"tie_embeddings=True shares one matrix between source and "
+                         f"target and needs one vocabulary, got src_vocab={src_vocab} "
+                         f"and tgt_vocab={tgt_vocab}; use a shared vocabulary or "
+                         "tie_embeddings=False")
+    if not 0 <= c.pad_id < min(src_vocab, tgt_vocab):
+        raise ValueError(f"pad_id={c.pad_id} must be an id of both vocabularies "
+                         f"(0..{min(src_vocab, tgt_vocab) - 1})")
+
+# %% ../nbs/05_model.ipynb #c5a0e003
 def _cached_steps(cache: list | None) -> int:
     "Target positions already in a decoding cache: 0 for none or an empty one."
     if not cache or "k" not in cache[0]["self"]:
@@ -152,6 +178,38 @@ def _cached_steps(cache: list | None) -> int:
     return cache[0]["self"]["k"].size(2)            # (batch, heads, steps, d_k)
 
 
+def _target_mask(tgt: Tensor, pad_id: int, start: int = 0) -> Tensor | None:
+    "Self-attention mask of the decoder for target ids `tgt` after `start` cached ones."
+    T, device = tgt.size(1), tgt.device
+    if start == 0:                                             # (batch, T, T)
+        return padding_mask(tgt, pad_id) & subsequent_mask(T, device)
+    if T == 1:
+        return None        # one new position sees all cached positions and itself
+    # new position start+i sees the cached positions and new ones up to itself
+    return torch.ones(1, T, start + T, dtype=torch.bool, device=device).tril(start)
+
+
+def _check_decode(model, memory, tgt, src_mask, tgt_mask, cache) -> int:
+    "Check the arguments of `Transformer.decode`; return the cached positions."
+    _check_tokens("tgt", tgt)
+    (batch, T), d, n_layers = tgt.shape, model.config.d_model, len(model.decoder.layers)
+    if not (isinstance(memory, Tensor) and memory.dim() == 3
+            and memory.size(0) == batch and memory.size(2) == d):
+        got = (tuple(memory.shape) if isinstance(memory, Tensor)
+               else type(memory).__name__)
+        raise ValueError(f"memory must have shape (batch={batch}, S, d_model={d}), "
+                         f"got {got}")
+    if cache is not None and len(cache) != n_layers:
+        raise ValueError(f"cache must have one entry per decoder layer "
+                         f"({n_layers}), got {len(cache)}: use init_cache()")
+    start = _cached_steps(cache)
+    if src_mask is not None:
+        _check_mask("src_mask", src_mask, batch, T, memory.size(1))
+    if tgt_mask is not None:
+        _check_mask("tgt_mask", tgt_mask, batch, T, start + T)
+    return start
+
+# %% ../nbs/05_model.ipynb #c5a0e007
 class Transformer(nn.Module):
     """The encoder–decoder Transformer of §3 (Figure 1); build it with `make_model`.
 
@@ -162,14 +220,7 @@ class Transformer(nn.Module):
 
     def __init__(self, src_vocab: int, tgt_vocab: int, config: TransformerConfig):
         super().__init__()
-        if config.tie_embeddings and src_vocab != tgt_vocab:
-            raise ValueError(f"tie_embeddings=True shares one matrix between source "
-                             f"and target and needs one vocabulary, got "
-                             f"src_vocab={src_vocab} and tgt_vocab={tgt_vocab}; use a "
-                             "shared vocabulary or tie_embeddings=False")
-        if not 0 <= config.pad_id < min(src_vocab, tgt_vocab):
-            raise ValueError(f"pad_id={config.pad_id} must be an id of both "
-                             f"vocabularies (0..{min(src_vocab, tgt_vocab) - 1})")
+        _check_vocabularies(src_vocab, tgt_vocab, config)
         self.config = c = config
         Positions = LearnedPositionalEncoding if c.learned_pos else PositionalEncoding
         self.src_embed = Embeddings(src_vocab, c.d_model)
@@ -177,62 +228,32 @@ class Transformer(nn.Module):
         self.src_pos = Positions(c.d_model, c.p_drop, c.max_len)
         self.tgt_pos = Positions(c.d_model, c.p_drop, c.max_len)
         self.encoder, self.decoder = Encoder(c), Decoder(c)
-        self.generator = Generator(c.d_model, tgt_vocab)
+        self.generator = Generator(c.d_model, tgt_vocab, c.bias)
         if c.tie_embeddings:                       # §3.4: one matrix, three uses
             self.tgt_embed.weight = self.generator.weight = self.src_embed.weight
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         "Source ids `(batch, S)` → memory `(batch, S, d_model)`."
         _check_tokens("src", src)
-        batch, S = src.shape
         if src_mask is None:
             src_mask = padding_mask(src, self.config.pad_id)       # (batch, 1, S)
-        else:
-            _check_mask("src_mask", src_mask, batch, S, S)
-        return self.encoder(self.src_pos(self.src_embed(src)), src_mask)
-
-    def _target_mask(self, tgt: Tensor, start: int) -> Tensor | None:
-        T, device = tgt.size(1), tgt.device
-        if start == 0:                                             # (batch, T, T)
-            return padding_mask(tgt, self.config.pad_id) & subsequent_mask(T, device)
-        if T == 1:
-            return None        # one new position sees all cached positions and itself
-        # new position start+i sees the cached positions and new ones up to itself
-        return torch.ones(1, T, start + T, dtype=torch.bool, device=device).tril(start)
+        _check_mask("src_mask", src_mask, src.size(0), src.size(1), src.size(1))
+        return self.encoder(self.src_pos(self.src_embed(src)), mask=src_mask)
 
     def decode(self, memory: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                tgt_mask: Tensor | None = None, cache: list | None = None) -> Tensor:
         "Memory `(batch, S, d_model)`, target ids `(batch, T)` → `(batch, T, d_model)`."
-        _check_tokens("tgt", tgt)
-        (batch, T), d = tgt.shape, self.config.d_model
-        if not (isinstance(memory, Tensor) and memory.dim() == 3
-                and memory.size(0) == batch and memory.size(2) == d):
-            got = (tuple(memory.shape) if isinstance(memory, Tensor)
-                   else type(memory).__name__)
-            raise ValueError(f"memory must have shape (batch={batch}, S, d_model={d}), "
-                             f"got {got}")
-        n_layers = len(self.decoder.layers)
-        if cache is not None and len(cache) != n_layers:
-            raise ValueError(f"cache must have one entry per decoder layer "
-                             f"({n_layers}), got {len(cache)}: use init_cache()")
-        start = _cached_steps(cache)
-        if src_mask is not None:
-            _check_mask("src_mask", src_mask, batch, T, memory.size(1))
+        start = _check_decode(self, memory, tgt, src_mask, tgt_mask, cache)
         if tgt_mask is None:
-            tgt_mask = self._target_mask(tgt, start)
-        else:
-            _check_mask("tgt_mask", tgt_mask, batch, T, start + T)
-        x = self.tgt_pos(self.tgt_embed(tgt), start)
-        return self.decoder(x, memory, src_mask, tgt_mask, cache)
+            tgt_mask = _target_mask(tgt, self.config.pad_id, start)
+        x = self.tgt_pos(self.tgt_embed(tgt), start=start)
+        return self.decoder(x, memory, src_mask=src_mask, tgt_mask=tgt_mask,
+                            cache=cache)
 
     def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None) -> Tensor:
         "Log-probabilities `(batch, T, tgt_vocab)` of the next token at each position."
-        _check_tokens("src", src)
-        _check_tokens("tgt", tgt)
-        if src.size(0) != tgt.size(0):
-            raise ValueError(f"src and tgt must hold as many sentences, "
-                             f"got {src.size(0)} and {tgt.size(0)}")
+        _check_pair(src, tgt)
         if src_mask is None:       # one mask for the encoder and the cross-attention
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask)

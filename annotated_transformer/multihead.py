@@ -19,32 +19,37 @@ class MultiHeadAttention(nn.Module):
     `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
     tensor as query, key and value for self-attention. `cache` (a dict, filled in
     place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`.
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. `p_attn_drop`: dropout on
+    the attention weights; `bias=False` drops the projections' biases (the equations').
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
+                 bias: bool = True):
         super().__init__()
         if n_heads < 1 or d_model % n_heads:
             raise ValueError(f"n_heads ({n_heads}) must divide d_model ({d_model})")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.in_proj = nn.Linear(d_model, 3 * d_model)   # [W^Q; W^K; W^V] for all heads
-        self.out_proj = nn.Linear(d_model, d_model)      # W^O
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+        self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)     # W^O
+        self.dropout = nn.Dropout(p_attn_drop) if p_attn_drop > 0 else None
         self.keep_weights, self.weights = False, None
 
     def _split(self, x: Tensor) -> Tensor:
         "(batch, n, h·d_k) → (batch, h, n, d_k)"
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
 
+    def _in_proj(self, x: Tensor, first: int, last: int) -> Tensor:
+        "x times the blocks first..last-1 of [W^Q; W^K; W^V] (0 = W^Q), biases too."
+        rows, b = slice(first * self.d_model, last * self.d_model), self.in_proj.bias
+        return F.linear(x, self.in_proj.weight[rows], None if b is None else b[rows])
+
     def _project(self, query: Tensor, key: Tensor, value: Tensor):
-        d, w, b = self.d_model, self.in_proj.weight, self.in_proj.bias
         if query is key and key is value:       # self-attention: one fused projection
             return self.in_proj(query).chunk(3, dim=-1)
-        q = F.linear(query, w[:d], b[:d])
+        q = self._in_proj(query, 0, 1)
         if key is value:                     # cross-attention: keys, values together
-            return (q, *F.linear(key, w[d:], b[d:]).chunk(2, dim=-1))
-        k = F.linear(key, w[d:2 * d], b[d:2 * d])
-        return q, k, F.linear(value, w[2 * d:], b[2 * d:])
+            return q, *self._in_proj(key, 1, 3).chunk(2, dim=-1)
+        return q, self._in_proj(key, 1, 2), self._in_proj(value, 2, 3)
 
     def forward(self, *, query: Tensor, key: Tensor, value: Tensor,
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
@@ -54,10 +59,8 @@ class MultiHeadAttention(nn.Module):
                                  f"d_model={self.d_model}), got {tuple(t.shape)}")
         self_attention = query is key and key is value
         if cache is not None and not self_attention and "k" in cache:
-            d = self.d_model
-            q = F.linear(query, self.in_proj.weight[:d], self.in_proj.bias[:d])
             # the encoder's keys and values were computed at the first step
-            q, k, v = self._split(q), cache["k"], cache["v"]
+            q, k, v = self._split(self._in_proj(query, 0, 1)), cache["k"], cache["v"]
         else:
             q, k, v = map(self._split, self._project(query, key, value))
             if cache is not None:

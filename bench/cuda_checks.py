@@ -17,14 +17,14 @@ import torch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
-from annotated_transformer.training import read_metrics, training_cli
+from annotated_transformer.trainer import read_metrics, train_copy_model
 
 print(torch.__version__, torch.cuda.get_device_name())
 for precision in ["fp16", "bf16", "fp32"]:
     run_dir, t0 = tempfile.mkdtemp(), time.perf_counter()
-    training_cli(["--run-dir", run_dir, "--precision", precision, "--steps", "400",
-                  "--no-progress", "--vocab-size", "16"])
-    metrics = read_metrics(Path(run_dir) / "metrics.jsonl")
+    train_copy_model(run_dir, vocab_size=16, retrain=True, precision=precision,
+                     steps=400)
+    metrics = read_metrics(Path(run_dir) / "checkpoints" / "metrics.jsonl")
     losses = [x["loss"] for x in metrics if "loss" in x]
     last_eval = [x for x in metrics if "eval_loss" in x][-1]
     print(f"copy task {precision}: {time.perf_counter() - t0:.1f} s, loss "
@@ -63,7 +63,7 @@ with torch.no_grad():
           (ours - theirs).abs().max().item())
 
 if len(sys.argv) > 2:
-    from annotated_transformer.translation import Translator
+    from annotated_transformer.translator import Translator
     translator = Translator.from_pretrained(sys.argv[1], device="cuda")
     sources = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
     for precision, batch_size in [("fp32", 200), ("bf16", 200), ("bf16", 1000)]:

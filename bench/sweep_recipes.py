@@ -23,9 +23,9 @@ from pathlib import Path
 def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> dict:
     import torch
     from annotated_transformer.data import load_multi30k
-    from annotated_transformer.training import read_metrics
-    from annotated_transformer.translation import (TranslationRecipe, corpus_bleu,
-                                                   train_translation)
+    from annotated_transformer.trainer import read_metrics
+    from annotated_transformer.recipe import TranslationRecipe, train_translation
+    from annotated_transformer.translator import corpus_bleu
     torch.set_num_threads(int(os.environ.get("SWEEP_THREADS", "2")))
     recipe = TranslationRecipe.from_dict(
         {"max_minutes": None, "bleu_every": bleu_every, "bleu_sentences": None,

@@ -1,5 +1,5 @@
-"""The `annotated-transformer` command line (chapter 9), run in-process on the local Multi30k
-files: train a tiny model for a few steps, resume it, translate awkward input, evaluate.
+"""The `annotated-transformer` command line (chapter 9d), run in-process on the local Multi30k
+files: train a tiny model for a few steps, extend it, translate awkward input, evaluate.
 
 The model learns next to nothing in 20 steps; these tests check the plumbing — one output line
 per input line, warnings on stderr, clear errors, files on disk — not the translations.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from annotated_transformer.translation import main
+from annotated_transformer.cli import main
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 TINY = {
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no Multi30k files at
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    "A tiny model trained for 10 steps, then resumed to 20 by a second `train`."
+    """A tiny model trained for 10 steps; a changed recipe (warm-up) and a smaller budget
+    are refused in the same directory; a larger `--steps` extends the finished run to 20."""
     tmp = tmp_path_factory.mktemp("cli")
     config = tmp / "tiny.json"
     config.write_text(json.dumps(TINY))
@@ -37,8 +38,13 @@ def model_dir(tmp_path_factory):
     args = ["train", "--model-dir", str(out), "--data", str(DATA), "--config", str(config),
             "--threads", "1", "--quiet"]
     assert main(args + ["--steps", "10"]) == 0
-    assert main(args) == 1                     # another recipe (steps) in the same directory
+    other = tmp / "other_warmup.json"
+    other.write_text(json.dumps({**TINY, "train": {**TINY["train"], "warmup": 5}}))
+    assert main(["train", "--model-dir", str(out), "--data", str(DATA), "--config",
+                 str(other), "--threads", "1", "--quiet", "--steps", "10"]) == 1
+    assert main(args + ["--steps", "5"]) == 1   # fewer steps than already trained
     assert main(args + ["--steps", "10"]) == 0  # the same recipe: nothing left to do
+    assert main(args) == 0                      # 20 steps: extends the finished run
     return out
 
 
@@ -49,7 +55,9 @@ def test_train_writes_a_model_directory(model_dir):
     records = [json.loads(x) for x in (model_dir / "checkpoints/metrics.jsonl").open()]
     assert any("val_bleu" in r and "wall" in r for r in records)
     assert any("selection" in r for r in records)
-    assert json.loads((model_dir / "config.json").read_text())["notes"]["steps"] == 10
+    assert json.loads((model_dir / "config.json").read_text())["notes"]["steps"] == 20
+    bleu_steps = [r["step"] for r in records if "val_bleu" in r]
+    assert bleu_steps == [10, 20]                     # the extension resumed at step 10
 
 
 def test_translate_keeps_one_line_per_input(model_dir, tmp_path, capsysbinary):
@@ -110,7 +118,7 @@ def test_clear_errors(tmp_path, capsys):
 
 def test_help_via_python_m():
     for args in ([], ["train"], ["translate"], ["evaluate"]):
-        r = subprocess.run([sys.executable, "-m", "annotated_transformer.translation",
+        r = subprocess.run([sys.executable, "-m", "annotated_transformer",
                             *args, "--help"], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert r.returncode == 0 and "usage: annotated-transformer" in r.stdout, r.stderr
@@ -137,15 +145,27 @@ def test_missing_device_is_named(model_dir, capsys):
 def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, capsys):
     """The default recipe has no time limit, so a run started with {"max_minutes": null}
     resumes under a config that leaves it out; the progress shows the steps."""
-    from annotated_transformer.translation import TranslationRecipe
+    from annotated_transformer.recipe import TranslationRecipe
     assert TranslationRecipe().max_minutes is None
     config = model_dir.parent / "no_minutes.json"
     config.write_text(json.dumps({k: v for k, v in TINY.items() if k != "max_minutes"}))
     assert main(["train", "--model-dir", str(model_dir), "--data", str(DATA), "--config",
-                 str(config), "--threads", "1", "--steps", "10"]) == 0
+                 str(config), "--threads", "1", "--steps", "20"]) == 0
     err = capsys.readouterr().err
     assert "resuming from" in err and "training pairs" in err and "saved" in err
-    assert "training: 100%" in err and "10/10" in err              # the bar over steps
+    assert "100%" in err and "20/20" in err                        # the bar over steps
+
+
+def test_max_minutes_stops_at_a_checkpoint(tmp_path, capsys):
+    """`--max-minutes` (the recipe's `max_minutes`): a budget already spent by the data
+    preparation stops a fresh run at its first checkpoint, which is then selected."""
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "model"
+    assert main(["train", "--model-dir", str(out), "--data", str(DATA), "--config",
+                 str(config), "--threads", "1", "--quiet", "--max-minutes", "1e-6"]) == 0
+    assert json.loads((out / "config.json").read_text())["notes"]["steps"] == 10
+    assert json.loads((out / "recipe.json").read_text())["max_minutes"] == 1e-6
 
 
 def read_line(stream, timeout: float = 60.0) -> str:
@@ -170,7 +190,7 @@ def test_translate_streams_line_by_line(model_dir, tmp_path):
               "--threads", "1"]
     assert main(["translate", *common, "-i", str(source), "-o", str(expected)]) == 0
     want = expected.read_text(encoding="utf-8").splitlines()
-    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer.translation",
+    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer",
                           "translate", *common], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
@@ -203,7 +223,7 @@ def test_progress_bar_only_on_a_terminal(model_dir, tmp_path, capsys):
     assert "sentence/s" not in capsys.readouterr().err            # stderr: not a terminal
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 wide
-    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer.translation", *args],
+    p = subprocess.Popen([sys.executable, "-m", "annotated_transformer", *args],
                          stdout=subprocess.PIPE, stderr=slave,
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     os.close(slave)

@@ -20,11 +20,11 @@ import pytest
 datasets = pytest.importorskip("datasets")
 spm = pytest.importorskip("sentencepiece")
 
-from annotated_transformer.data import (BOS_ID, EOS_ID, MULTI30K_ENV, MULTI30K_HUB_ENV,
-                                        MULTI30K_SPLITS, PAD_ID, UNK_ID, decode_ids,
-                                        encode_text, load_multi30k, load_tokenizer,
-                                        multi30k_dir, normalize_line, to_pairs,
-                                        train_tokenizer)
+from annotated_transformer.data import (MULTI30K_ENV, MULTI30K_HUB_ENV, MULTI30K_SPLITS,
+                                        decode_ids, encode_text, load_multi30k,
+                                        load_tokenizer, multi30k_dir, normalize_line,
+                                        to_pairs, train_tokenizer)
+from annotated_transformer.model import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_DIR = multi30k_dir(default=REPO.parent / "shared" / "data" / "multi30k")

@@ -1,9 +1,9 @@
 """Distributed data parallel gives the update of one process with the same global batch.
 
-`torchrun --nproc_per_node=2` trains the copy task (chapter 6) on the CPU with the gloo
-backend, one micro-batch per process per update. One process trains the same model on the
-same data with two accumulated micro-batches per update: the same two micro-batches, so the
-same global batch. Dropout is off (each process would draw its own masks).
+`torchrun --nproc_per_node=2` runs tests/train_copy.py, which trains the copy task
+(chapter 6c) on the CPU with the gloo backend, one micro-batch per process per update. One
+process trains the same model on the same data with two accumulated micro-batches per
+update: the same two micro-batches, so the same global batch. Dropout is off (each process would draw its own masks).
 
 The runs may differ only by the order of floating-point additions (gloo adds the two
 processes' gradients; the single process accumulates them), so we allow an absolute 1e-5 on
@@ -24,12 +24,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from annotated_transformer.checkpoints import checkpoint_dir
+
 SCRIPT = Path(__file__).with_name("train_copy.py")
 STEPS = 8
 WEIGHTS_ATOL = 1e-5
 ARGS = ["--steps", str(STEPS), "--save-every", str(STEPS), "--log-every", "1",
         "--eval-every", str(STEPS), "--max-tokens", "512", "--d-model", "32",
-        "--d-ff", "64", "--p-drop", "0", "--seed", "0", "--no-progress"]
+        "--d-ff", "64", "--p-drop", "0", "--seed", "0"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -40,7 +42,7 @@ def run(cmd):
 
 
 def results(run_dir):
-    weights = load_file(run_dir / f"step_{STEPS:08d}" / "model.safetensors")
+    weights = load_file(checkpoint_dir(run_dir, STEPS) / "model.safetensors")
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return weights, [r["loss"] for r in map(json.loads, lines) if "loss" in r]
 

@@ -19,8 +19,9 @@ import torch
 from annotated_transformer import __version__
 from annotated_transformer.data import load_tokenizer, train_tokenizer
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.translation import (REPOSITORY_URL, DownloadError, Translator,
-                                               download_model, main, model_url)
+from annotated_transformer.cli import main
+from annotated_transformer.hub import REPOSITORY_URL, DownloadError, download_model, model_url
+from annotated_transformer.translator import Translator
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 SENTENCES = ["A dog runs on the beach.", "", "Two men are playing chess in a park.",

@@ -1,6 +1,7 @@
 """A training run killed with SIGKILL and resumed ends exactly where an unbroken run ends.
 
-Both runs train the copy task (chapter 6) in a subprocess on the CPU with the same seed.
+Both runs train the copy task (chapter 6c) with tests/train_copy.py in a subprocess on the
+CPU with the same seed.
 One runs to the end; the other is killed mid-way (after a checkpoint, before the next)
 with SIGKILL, which leaves it no chance to clean up, and is then started again with the
 same command: it resumes from its latest checkpoint. The final weights, optimizer state,
@@ -17,11 +18,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from annotated_transformer.checkpoints import (checkpoint_dir, checkpoint_step,
+                                               list_checkpoints)
+
 SCRIPT = Path(__file__).with_name("train_copy.py")
 STEPS, SAVE_EVERY, KILL_AFTER = 60, 10, 25
 ARGS = ["--steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--log-every", "1",
-        "--eval-every", "20", "--max-tokens", "1024", "--d-model", "64", "--seed", "3",
-        "--no-progress"]
+        "--eval-every", "20", "--max-tokens", "1024", "--d-model", "64", "--seed", "3"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
@@ -43,7 +46,7 @@ def last_logged_step(run_dir):
 
 
 def final_state(run_dir):
-    ckpt = run_dir / f"step_{STEPS:08d}"
+    ckpt = checkpoint_dir(run_dir, STEPS)
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     losses = [r["loss"] for r in map(json.loads, lines) if "loss" in r]
     return (load_file(ckpt / "model.safetensors"),
@@ -64,9 +67,9 @@ def test_sigkill_then_resume_matches_unbroken_run(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    done = sorted(p.name for p in killed.glob("step_*"))
-    assert done and f"step_{STEPS:08d}" not in done, done    # killed before the end
-    assert last_logged_step(killed) > int(done[-1][5:])       # and after a checkpoint
+    done = [checkpoint_step(p) for p in list_checkpoints(killed)]
+    assert done and STEPS not in done, done                   # killed before the end
+    assert last_logged_step(killed) > done[-1]                # and after a checkpoint
 
     run_to_end(killed)                                        # resumes
     (w1, t1, l1), (w2, t2, l2) = final_state(whole), final_state(killed)

@@ -16,8 +16,9 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import data, training
-from annotated_transformer.training import optional_import
+from annotated_transformer import checkpoints, data, trainer, training
+from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer.utils import optional_import
 
 
 def hint(name: str, extra: str) -> str:
@@ -67,7 +68,7 @@ def test_plot_metrics_without_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ModuleNotFoundError) as e:
-        training.plot_metrics([{"step": 1, "loss": 1.0, "lr": 1e-3}])
+        trainer.plot_metrics([{"step": 1, "loss": 1.0, "lr": 1e-3}])
     assert str(e.value) == hint("matplotlib", "viz")
 
 
@@ -100,8 +101,9 @@ def test_load_tokenizer_without_sentencepiece(tmp_path, monkeypatch):
 
 def tiny_model():
     torch.manual_seed(0)
-    config = training.copy_model_config(n_layers=1, d_model=16, d_ff=32, n_heads=2)
-    return training.make_model(8, 8, config)
+    config = TransformerConfig.preset("copy", n_layers=1, d_model=16, d_ff=32,
+                                      n_heads=2)
+    return make_model(8, 8, config)
 
 
 def optimizer_and_scheduler():
@@ -159,20 +161,20 @@ TRAINING_CASES = [  # (id, call, message)
      "clip_norm must be greater than 0, got 0"),
     ("evaluate no batches", lambda: training.evaluate(tiny_model(), []),
      "batches must hold at least one target token, got none"),
-    ("average no paths", lambda: training.average_checkpoints([]),
+    ("average no paths", lambda: checkpoints.average_checkpoints([]),
      "paths must name at least one checkpoint, got none"),
-    ("average one path", lambda: training.average_checkpoints("runs/x/step_00000010"),
+    ("average one path", lambda: checkpoints.average_checkpoints("runs/x/step_00000010"),
      "paths must be a list of checkpoints, got the single path "
      "'runs/x/step_00000010'; pass ['runs/x/step_00000010'] to average one"),
     ("train no pairs",
-     lambda: training.train(tiny_model(), [], training.TrainConfig()),
+     lambda: trainer.train(tiny_model(), [], trainer.TrainConfig()),
      "train_pairs must hold at least one pair, got none"),
     ("copy_task vocab_size", lambda: training.copy_task(10, vocab_size=3),
      "vocab_size must be at least 4, got 3"),
-    ("copy_task max_len", lambda: training.copy_task(10, min_len=5, max_len=2),
-     "max_len must be at least 5, got 2"),
-    ("copy_task min_len", lambda: training.copy_task(10, min_len=0),
-     "min_len must be at least 1, got 0"),
+    ("copy_task longest", lambda: training.copy_task(10, shortest=5, longest=2),
+     "longest must be at least 5, got 2"),
+    ("copy_task shortest", lambda: training.copy_task(10, shortest=0),
+     "shortest must be at least 1, got 0"),
     ("copy_task n_pairs", lambda: training.copy_task(-1),
      "n_pairs must be at least 0, got -1"),
 ]
@@ -201,21 +203,36 @@ def test_training_arguments(call, message):
     ("max_tokens", True, "max_tokens must be at least 1, got True"),
 ])
 def test_train_config_fields(field, value, message):
-    assert message_of(lambda: training.TrainConfig(**{field: value})) == message
+    assert message_of(lambda: trainer.TrainConfig(**{field: value})) == message
 
 
 def test_train_config_defaults_and_presets_pass():
-    training.TrainConfig()
-    training.TrainConfig(**training.COPY_TRAIN)
-    quick = {**training.COPY_TRAIN, **training.COPY_QUICK}
-    training.TrainConfig(**quick, clip_norm=1.0)
+    trainer.TrainConfig()
+    for name in ("copy", "copy_quick", "multi30k"):
+        trainer.TrainConfig.preset(name, clip_norm=1.0)
 
 
-def test_training_cli_reports_bad_numbers(capsys):
-    with pytest.raises(SystemExit) as e:
-        training.training_cli(["--run-dir", "unused", "--max-tokens", "0"])
-    assert e.value.code == 2
-    assert "error: max_tokens must be at least 1, got 0" in capsys.readouterr().err
+def test_train_config_unknown_preset():
+    assert message_of(lambda: trainer.TrainConfig.preset("cpoy")) == (
+        "unknown preset 'cpoy'; known presets: copy, copy_quick, multi30k")
+
+
+def test_train_config_preset_checks_its_changes():
+    assert message_of(lambda: trainer.TrainConfig.preset("copy", steps=0)) == (
+        "steps must be at least 1, got 0")
+
+
+def test_hook_needs_a_run_dir():
+    assert message_of(lambda: trainer.train(tiny_model(), [([3], [3])],
+                                            trainer.TrainConfig(),
+                                            on_checkpoint=lambda step, path: True)) == (
+        "on_checkpoint needs a run_dir: it is called after checkpoints")
+
+
+def test_checkpoint_step_refuses_other_names():
+    assert message_of(lambda: checkpoints.checkpoint_step("runs/x/step_12.tmp")) == (
+        "path must be a checkpoint folder named like step_00001000, "
+        "got 'runs/x/step_12.tmp'")
 
 
 # --- numbers and names a user could get wrong (data, chapter 8) -----------------------

@@ -28,7 +28,7 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 # Once a release is on the package index, install cells pin it there (`name[extras]==version`);
 # until then they install the repository at the tag of the version (`git+URL@vX.Y.Z`).
 ON_INDEX = False
-EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.translation)?"
+EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
           r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b"}
 INSTALL_CELL = '''\
 #| hide

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.translation import Translator, _hardware, corpus_bleu
+from annotated_transformer.translator import Translator, corpus_bleu
+from annotated_transformer.utils import hardware
 
 LOG_FILE = "training_log.jsonl"
 
@@ -63,7 +64,7 @@ Validation BLEU (greedy, all 1,014 sentences) of the selected average: {val_bleu
 
 - **Data:** Multi30k Task 1 English–German, the 29,000 training pairs; the 1,014 validation
   pairs choose the checkpoint average; the test set is used for the number above only.
-- **Recipe** (chapter 9, `TranslationRecipe()` defaults): {steps:,} updates of about
+- **Recipe** (chapter 9c, `TranslationRecipe()` defaults): {steps:,} updates of about
   {max_tokens:,} tokens, Adam (0.9, 0.98, 1e-9), warm-up {warmup:,} steps to a peak rate of
   {peak:.2e} then inverse square root decay, label smoothing {eps_ls}, dropout {p_drop}
   (plus {p_attn} on attention weights and {p_ff} inside the feed-forward layers), bfloat16
@@ -144,7 +145,7 @@ def main():
         val_bleu=notes["val_bleu_greedy"], command=a.command,
         hardware=notes["hardware"], torch=notes["torch"],
         train_minutes=notes["train_minutes"], total_minutes=notes["total_minutes"],
-        dtype="float16", log=LOG_FILE, here=_hardware(),
+        dtype="float16", log=LOG_FILE, here=hardware(),
         note=f"\n{a.note}\n" if a.note else "")
     (a.out_dir / "README.md").write_text(card, encoding="utf-8")
     (a.out_dir / "README.md").chmod(0o644)
