@@ -103,8 +103,12 @@ def select_average(translator, paths, ks, sources, references, precision="fp32",
 def _check_resume(saved: Path, recipe: TranslationRecipe, done: list[Path]) -> None:
     """Refuse to resume the run whose recipe is in `saved` under another recipe. Only
     `train.steps` may differ, and only upward: the schedule (Eq. 3) does not depend on
-    the total, so extending a finished run equals training the larger budget at once."""
-    old, new = json.loads(saved.read_text()), json.loads(json.dumps(recipe.to_dict()))
+    the total, so extending a finished run equals training the larger budget at once.
+    Fields added since `saved` was written count with their defaults."""
+    as_json = lambda r: json.loads(json.dumps(r.to_dict()))
+    old = json.loads(saved.read_text())
+    old = as_json(TranslationRecipe.from_dict(old, where=str(saved)))
+    new = as_json(recipe)
     budgetless = lambda d: {**d, "train": {**d["train"], "steps": None}}
     if budgetless(old) != budgetless(new):
         raise ValueError(f"{saved}: the run in {saved.parent} used another recipe; "

@@ -80,7 +80,7 @@ _PRESETS = {
                  eval_every=100, save_every=300),
     "copy_quick": dict(steps=30, max_tokens=256, warmup=200, log_every=5,
                        eval_every=15, save_every=15),
-    "multi30k": dict(steps=8000, max_tokens=2048, warmup=1200, lr_factor=0.627,
+    "multi30k": dict(steps=12000, max_tokens=2048, warmup=1200, lr_factor=0.627,
                      eps_ls=0.1, clip_norm=5.0, precision="bf16", log_every=50,
                      eval_every=500, save_every=500, keep_last=20, progress=False),
 }

@@ -144,9 +144,14 @@ def test_missing_device_is_named(model_dir, capsys):
 
 def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, capsys):
     """The default recipe has no time limit, so a run started with {"max_minutes": null}
-    resumes under a config that leaves it out; the progress shows the steps."""
+    resumes under a config that leaves it out, as does a run recorded before a field
+    (`model.bias`) existed; the progress shows the steps."""
     from annotated_transformer.recipe import TranslationRecipe
     assert TranslationRecipe().max_minutes is None
+    saved = model_dir / "recipe.json"
+    old = json.loads(saved.read_text())
+    del old["model"]["bias"]
+    saved.write_text(json.dumps(old))
     config = model_dir.parent / "no_minutes.json"
     config.write_text(json.dumps({k: v for k, v in TINY.items() if k != "max_minutes"}))
     assert main(["train", "--model-dir", str(model_dir), "--data", str(DATA), "--config",
