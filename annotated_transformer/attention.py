@@ -20,6 +20,30 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     return (tokens != pad_id).unsqueeze(-2)
 
 # %% ../nbs/01_attention.ipynb #fba32c75
+def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
+              dropout=None) -> tuple[Tensor, Tensor]:
+    """Scaled dot-product attention, Eq. (1) of §3.2.1: softmax(QKᵀ/√d_k)·V.
+
+    query `(..., n_q, d_k)`, key `(..., n_k, d_k)`, value `(..., n_k, d_v)`; `mask`
+    is a bool tensor broadcastable to `(..., n_q, n_k)`, `True` = may attend.
+    `dropout`, if given, is applied to the weights.
+    Returns the output `(..., n_q, d_v)` and the weights `(..., n_q, n_k)`.
+    """
+    _check_attention_args(query, key, value, mask)
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_k)
+    if mask is not None:
+        # the dtype's own minimum: -1e9 would overflow to -inf in float16
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        # a query with no key to attend to gets zero weights, not a uniform spread
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights
+
+# %% ../nbs/01_attention.ipynb #fba32c76
 def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, mask) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() < 2:
@@ -44,30 +68,6 @@ def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, mask) -> No
     except RuntimeError:
         raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the "
                          f"scores' shape {scores} (..., n_queries, n_keys)") from None
-
-
-def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-              dropout=None) -> tuple[Tensor, Tensor]:
-    """Scaled dot-product attention, Eq. (1) of §3.2.1: softmax(QKᵀ/√d_k)·V.
-
-    query `(..., n_q, d_k)`, key `(..., n_k, d_k)`, value `(..., n_k, d_v)`; `mask`
-    is a bool tensor broadcastable to `(..., n_q, n_k)`, `True` = may attend.
-    `dropout`, if given, is applied to the weights.
-    Returns the output `(..., n_q, d_v)` and the weights `(..., n_q, n_k)`.
-    """
-    _check_attention_args(query, key, value, mask)
-    d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_k)
-    if mask is not None:
-        # the dtype's own minimum: -1e9 would overflow to -inf in float16
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    if mask is not None:
-        # a query with no key to attend to gets zero weights, not a uniform spread
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-    if dropout is not None:
-        weights = dropout(weights)
-    return weights @ value, weights
 
 # %% ../nbs/01_attention.ipynb #1e71fbad
 def default_device() -> torch.device:

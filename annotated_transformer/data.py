@@ -94,7 +94,7 @@ def _load_local(folder: Path, langs, splits):
                 [c.rename_column("text", lang) for lang, c in cols.items()], axis=1)
         return datasets.DatasetDict(out)
 
-
+# %% ../nbs/08_data.ipynb #d8a1c003
 def _load_hub(langs, splits):
     hub = os.environ.get(MULTI30K_HUB_ENV) or MULTI30K_HUB
     if not set(langs) <= {"en", "de"}:
@@ -112,7 +112,7 @@ def _load_hub(langs, splits):
 def _normalize_batch(batch: dict) -> dict:
     return {col: [normalize_line(s) for s in rows] for col, rows in batch.items()}
 
-
+# %% ../nbs/08_data.ipynb #fad7d38b
 def load_multi30k(path=None, langs=("en", "de"), splits=tuple(MULTI30K_SPLITS)):
     """Multi30k task 1 (Elliott et al., 2016) as a `DatasetDict`, every line normalised.
 
@@ -185,7 +185,7 @@ def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
                          f"text: {str(e).split('] ', 1)[-1]}") from None
     return Path(f"{prefix}.model")
 
-
+# %% ../nbs/08_data.ipynb #99aa10db
 def load_tokenizer(path):
     "The sentencepiece model at `path`, checked to use this chapter's special ids."
     if not Path(path).is_file():
