@@ -64,14 +64,6 @@ def test_optional_import_keeps_other_missing_modules(tmp_path, monkeypatch):
     assert "pip install" not in str(e.value)
 
 
-def test_plot_metrics_without_matplotlib(monkeypatch):
-    monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
-    with pytest.raises(ModuleNotFoundError) as e:
-        trainer.plot_metrics([{"step": 1, "loss": 1.0, "lr": 1e-3}])
-    assert str(e.value) == hint("matplotlib", "viz")
-
-
 def test_load_multi30k_without_datasets(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
     for stem in data.MULTI30K_SPLITS.values():
