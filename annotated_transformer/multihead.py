@@ -19,7 +19,8 @@ class MultiHeadAttention(nn.Module):
     `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
     tensor as query, key and value for self-attention. `cache` (a dict, filled in
     place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. `p_attn_drop`: dropout on
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. In eval mode without
+    `keep_weights`, Eq. (1) runs as PyTorch's fused `scaled_dot_product_attention`. `p_attn_drop`: dropout on
     the attention weights; `bias=False` drops the projections' biases (the equations').
     """
 
@@ -70,7 +71,10 @@ class MultiHeadAttention(nn.Module):
                 cache["k"], cache["v"] = k, v
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head
-        out, weights = attention(q, k, v, mask=mask, dropout=self.dropout)
-        if self.keep_weights:
-            self.weights = weights.detach()
+        if self.training or self.keep_weights:
+            out, weights = attention(q, k, v, mask=mask, dropout=self.dropout)
+            if self.keep_weights:
+                self.weights = weights.detach()
+        else:                 # evaluation: Eq. (1) as one fused kernel, same numbers
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # concat heads, then W^O

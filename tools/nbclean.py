@@ -29,7 +29,8 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 # until then they install the repository at the tag of the version (`git+URL@vX.Y.Z`).
 ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
-          r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b"}
+          r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b",
+          "deploy": r"\bctranslate2\b"}
 INSTALL_CELL = '''\
 #| hide
 # Installs the package at the version this page was built from where it is missing or

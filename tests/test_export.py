@@ -1,0 +1,94 @@
+"""Export to CTranslate2 (chapter 9d): parity of the engine with our code on small models.
+
+Every variant of the architecture the export maps (the paper's Post-LN, Pre-LN with GELU,
+no biases with learned positions) gets the same per-token log-probabilities from the engine
+as from `Transformer.forward`, and the same greedy outputs; the shipped model's greedy
+translations of test sentences are identical. Skipped where `ctranslate2` is not installed.
+"""
+from pathlib import Path
+
+import pytest
+import torch
+
+ct2 = pytest.importorskip("ctranslate2")
+
+from annotated_transformer.cli import main
+from annotated_transformer.data import load_tokenizer, normalize_line
+from annotated_transformer.decoding import greedy_decode, output_ids
+from annotated_transformer.export import CT2Translator, export_ctranslate2
+from annotated_transformer.model import BOS_ID, EOS_ID, TransformerConfig, make_model
+from annotated_transformer.translator import Translator
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "models" / "multi30k_en_de"
+DATA = ROOT.parent / "shared" / "data" / "multi30k"
+VARIANTS = [{}, {"norm_first": True, "activation": "gelu"},
+            {"bias": False, "learned_pos": True}]
+
+
+@pytest.fixture(scope="module")
+def sp():
+    return load_tokenizer(SHIPPED / "tokenizer.model")
+
+
+def small_translator(sp, seed: int, **changes) -> Translator:
+    torch.manual_seed(seed)
+    vocab = sp.get_piece_size()
+    config = TransformerConfig.preset("tiny", d_model=32, d_ff=64, n_heads=4, max_len=96,
+                                      **changes)
+    model = make_model(vocab, vocab, config).eval()
+    with torch.no_grad():          # random LayerNorm gains and biases: nothing is trivial
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return Translator(model, sp)
+
+
+@pytest.mark.parametrize("changes", VARIANTS, ids=["paper", "preln-gelu", "nobias-learned"])
+def test_scores_and_greedy_match(tmp_path, sp, changes):
+    translator = small_translator(sp, len(changes), **changes)
+    engine = CT2Translator(export_ctranslate2(translator, tmp_path / "ct2"), "float32")
+    gen = torch.Generator().manual_seed(0)
+    sources = [torch.randint(4, sp.get_piece_size(), (n,), generator=gen).tolist()
+               for n in (3, 7, 12)]
+    targets = [torch.randint(4, sp.get_piece_size(), (n,), generator=gen).tolist()
+               for n in (5, 2, 9)]
+    pieces = lambda ids: [sp.id_to_piece(i) for i in ids]
+    scored = engine.engine.score_batch([pieces(s) for s in sources],
+                                       [pieces(t) for t in targets])
+    model = translator.model
+    for src, tgt, theirs in zip(sources, targets, scored):
+        with torch.no_grad():
+            logp = model(torch.tensor([src]), torch.tensor([[BOS_ID] + tgt]))[0]
+        ours = logp.gather(1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0]
+        assert torch.allclose(ours, torch.tensor(theirs.log_probs), atol=1e-4, rtol=0)
+        found = engine.engine.translate_batch([pieces(src)], beam_size=1,
+                                              max_decoding_length=len(src) + 20,
+                                              min_decoding_length=0)[0]
+        tokens, _ = greedy_decode(model, torch.tensor([src]), max_len_b=20)
+        assert [sp.piece_to_id(p) for p in found.hypotheses[0]] == output_ids(tokens)[0]
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="no Multi30k files beside the repository")
+def test_shipped_model_greedy_identical(tmp_path):
+    translator = Translator.from_pretrained(SHIPPED, device="cpu")
+    out = tmp_path / "ct2"
+    assert main(["export", "--model-dir", str(SHIPPED), "--to", "ctranslate2",
+                 str(out)]) == 0
+    sources = (DATA / "test_2016_flickr.en").read_text().splitlines()[:30]
+    sources = [normalize_line(s) for s in sources] + [""]
+    ours = translator.translate(sources, beam_size=1)
+    assert CT2Translator(out).translate(sources, beam_size=1) == ours
+    assert ours[-1] == ""
+
+
+def test_export_refuses_clearly(tmp_path, sp, capsys):
+    translator = small_translator(sp, 0)
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(FileExistsError, match="force"):
+        export_ctranslate2(translator, tmp_path / "taken")
+    with pytest.raises(ValueError, match="quantization must be one of"):
+        export_ctranslate2(translator, tmp_path / "x", quantization="int3")
+    assert main(["export", "--model-dir", str(tmp_path / "missing"), "--to",
+                 "ctranslate2", str(tmp_path / "y")]) == 1
+    assert "error" in capsys.readouterr().err
