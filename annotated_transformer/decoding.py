@@ -128,12 +128,30 @@ def _best_reachable(live_best: Tensor, step: int, limit: Tensor,
     return live_best / length_penalty(reach, alpha).amax(dim=0)
 
 # %% ../nbs/07_decoding.ipynb #25394d90
-def reorder_cache(cache: list[dict], index: Tensor) -> None:
-    "Keep rows `index` (a long tensor) of every cached key and value, in place."
+def reorder_cache(cache: list[dict], index: Tensor,
+                  parts: tuple = ("self", "cross")) -> None:
+    "Keep rows `index` (a long tensor) of the cached keys and values of `parts`, in place."
     for layer in cache:
-        for part in layer.values():              # "self" and "cross"
-            for name, t in part.items():          # "k", "v": (rows, heads, steps, d_k)
-                part[name] = t.index_select(0, index)
+        for part in parts:
+            for name, t in layer[part].items():   # "k", "v": (rows, heads, steps, d_k)
+                layer[part][name] = t.index_select(0, index)
+
+
+
+def _keep(keep: Tensor, K: int, cache: list | None, rows: Tensor, *per_sentence,
+          memory: Tensor, src_mask: Tensor) -> tuple:
+    """After a step: the next beams' rows `rows` `(b', K)` of the sentences `keep`
+    `(b',)` still searched. Reorders the cache; returns the per-sentence tensors,
+    `memory` and `src_mask` of those sentences only."""
+    if cache is not None:               # the prefixes' keys and values follow the beams
+        reorder_cache(cache, rows.view(-1), ("self",))
+    if keep.numel() == per_sentence[0].size(0):                  # nobody left
+        return (*per_sentence, memory, src_mask)
+    sentence_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)
+    if cache is not None:               # the encoder's are equal within a sentence
+        reorder_cache(cache, sentence_rows, ("cross",))
+    return (*(t[keep] for t in per_sentence), memory.index_select(0, sentence_rows),
+            src_mask.index_select(0, sentence_rows))
 
 
 def _merge_finished(scores: Tensor, tokens: Tensor, new_scores: Tensor,
@@ -175,41 +193,45 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int = BEAM_SIZE,
         steps, inf = int(limit.max()), math.inf
         memory = memory.repeat_interleave(K, dim=0)           # (B*K, S, d_model)
         src_mask = src_mask.repeat_interleave(K, dim=0)       # (B*K, 1, S)
-        first_row = torch.arange(B, device=dev)[:, None] * K  # (B, 1)
         cache = model.init_cache() if use_cache else None
         tokens = torch.full((B * K, 1), bos_id, device=dev)   # (B*K, step)
         live = torch.full((B, K), -inf, device=dev)           # raw log-probabilities
         live[:, 0] = 0.0                                      # one beam of K identical
         fin_scores = torch.full((B, K), -inf, device=dev)     # normalised, best first
         fin_tokens = torch.full((B, K, steps), pad, device=dev)
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        out_scores, out_tokens = fin_scores.clone(), fin_tokens.clone()
+        order = torch.arange(B, device=dev)    # the sentences still searched, (b,)
         for step in range(1, steps + 1):
+            b = order.numel()
             logp = decode_step(model, memory, src_mask, tokens, cache)
             logp = _restrict(logp, step, model, bos_id, eos_id, min_len)
             V = logp.size(-1)
-            cand = (live[:, :, None] + logp.view(B, K, V)).view(B, K * V)
-            top, idx = cand.topk(2 * K, dim=1)                # (B, 2K), best first
+            cand = (live[:, :, None] + logp.view(b, K, V)).view(b, K * V)
+            top, idx = cand.topk(2 * K, dim=1)                # (b, 2K), best first
             beam, tok = idx // V, idx % V
             # among the best K: EOS ends a hypothesis, and so does the length limit
-            ends = (tok == eos_id) | (step >= limit)[:, None]
-            ends &= (top > -inf) & ~done[:, None]
+            ends = ((tok == eos_id) | (step >= limit)[:, None]) & (top > -inf)
             ends[:, K:] = False
             new_scores = torch.where(ends, top / length_penalty(step, alpha), -inf)
             fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, new_scores,
                                                      tokens, beam, tok, pad)
             # the best K candidates without EOS form the next beam
             live, pick = top.masked_fill(tok == eos_id, -inf).topk(K, dim=1)
-            rows = (first_row + beam.gather(1, pick)).view(-1)   # (B*K,) rows to keep
-            tokens = torch.cat([tokens.index_select(0, rows),
-                                tok.gather(1, pick).view(-1, 1)], dim=1)
-            if cache is not None:
-                reorder_cache(cache, rows)
-            done |= step >= limit
+            done = step >= limit
             if early_stop:
                 bound = _best_reachable(live[:, 0], step, limit, alpha)
                 done |= bound <= fin_scores[:, n_best - 1]
+            out_scores[order[done]] = fin_scores[done]        # in the input's order
+            out_tokens[order[done]] = fin_tokens[done]
             if done.all():
                 break
-        fin_tokens, fin_scores = fin_tokens[:, :n_best], fin_scores[:, :n_best]
-        length = int((fin_tokens != pad).sum(-1).max())        # longest returned
-        return fin_tokens[:, :, :length], fin_scores
+            keep = (~done).nonzero()[:, 0]            # finished sentences leave the batch
+            rows = (beam.gather(1, pick) + torch.arange(b, device=dev)[:, None] * K)[keep]
+            tokens = torch.cat([tokens.index_select(0, rows.view(-1)),
+                                tok.gather(1, pick)[keep].view(-1, 1)], dim=1)
+            order, live, limit, fin_scores, fin_tokens, memory, src_mask = _keep(
+                keep, K, cache, rows, order, live, limit, fin_scores, fin_tokens,
+                memory=memory, src_mask=src_mask)
+        length = int((out_tokens[:, :n_best] != pad).sum(-1).max())  # longest returned
+        return out_tokens[:, :n_best, :length], out_scores[:, :n_best]
+
