@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['SOURCE_CONFIG', 'ctranslate2_spec', 'export_ctranslate2', 'CT2Translator']
 
-# %% ../nbs/09d_export.ipynb #a06506d2
+# %% ../nbs/09d_export.ipynb #fd88dca2
 import json
 import shutil
 from pathlib import Path
@@ -18,10 +18,11 @@ from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .hub import CONFIG_FILE, TOKENIZER_FILE
 from .translator import Translator, _encode
 
-# %% ../nbs/09d_export.ipynb #fc2e67db
+# %% ../nbs/09d_export.ipynb #735cdf41
 def _array(t: torch.Tensor):
-    "A float32 NumPy copy: the spec's storage type (quantised when saved)."
-    return t.detach().to("cpu", torch.float32).numpy()
+    """A float32 NumPy copy, the spec's storage type. A copy, not a view: quantising
+    rewrites the spec's arrays in place, and must not rewrite the model's weights."""
+    return t.detach().to("cpu", torch.float32, copy=True).numpy()
 
 
 def _linear(spec, linear: nn.Linear, rows: slice = slice(None)) -> None:
@@ -44,7 +45,7 @@ def _attention(spec, mha, self_attention: bool) -> None:
         _linear(spec.linear[1], mha.in_proj, slice(d, 3 * d))
     _linear(spec.linear[-1], mha.out_proj)
 
-# %% ../nbs/09d_export.ipynb #89454172
+# %% ../nbs/09d_export.ipynb #71839a76
 def _layers(specs, layers) -> None:
     for spec, layer in zip(specs, layers, strict=True):
         _attention(spec.self_attention, layer.self_attn, self_attention=True)
@@ -61,7 +62,7 @@ def _positions(pos: nn.Module):
     "The table the model adds (§3.5's sinusoid or a learned one), `(max_len, d_model)`."
     return _array(pos.table.weight if hasattr(pos, "table") else pos.pe)
 
-# %% ../nbs/09d_export.ipynb #a87c961b
+# %% ../nbs/09d_export.ipynb #aee44609
 def ctranslate2_spec(model: Transformer, sp):
     "A `ctranslate2.specs.TransformerSpec` holding `model`'s weights and `sp`'s pieces."
     ct2 = optional_import("ctranslate2", "deploy")
@@ -87,7 +88,7 @@ def ctranslate2_spec(model: Transformer, sp):
     spec.config.layer_norm_epsilon = model.encoder.layers[0].sublayers[0].norm.eps
     return spec
 
-# %% ../nbs/09d_export.ipynb #584817c9
+# %% ../nbs/09d_export.ipynb #36534b02
 SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, kept beside the engine's
 
 
@@ -119,7 +120,7 @@ def export_ctranslate2(model, out_dir, quantization: str | None = None,
     (out_dir / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
     return out_dir
 
-# %% ../nbs/09d_export.ipynb #3b4c7be5
+# %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:
     """A model written by `export_ctranslate2`, run by CTranslate2 on the CPU.
     `compute_type`: "default" (as stored), "float32", "int8", ...; `threads`: per call."""

@@ -91,13 +91,16 @@ def main(argv=None) -> None:
                     run([s], k)
                     latency[name, k].append(time.perf_counter() - t0)
     rate = gemm_rate()
-    floor = {"bulk": decode_flops(ours, sources, 4, False) / rate,
-             1: decode_flops(ours, alone, 1, True) / rate / len(alone),
-             4: decode_flops(ours, alone, 4, True) / rate / len(alone)}
+    flops = {"bulk": decode_flops(ours, sources, 4, False) / len(sources),
+             1: decode_flops(ours, alone, 1, True) / len(alone),
+             4: decode_flops(ours, alone, 4, True) / len(alone)}
+    floor = {k: f / rate for k, f in flops.items()}
     print(f"machine: {hardware()} ({a.threads} threads for every engine); "
           f"torch {torch.__version__}")
     print(f"fp32 GEMM rate {rate / 1e9:.1f} GFLOP/s, bf16 {gemm_rate(torch.bfloat16) / 1e9:.1f}"
-          f" GFLOP/s; bulk: {len(sources)} sentences, beam 4, batches of 64; "
+          f" GFLOP/s; our decoder's GEMM MFLOP per sentence: bulk {flops['bulk'] / 1e6:.0f}, "
+          f"greedy {flops[1] / 1e6:.0f}, beam 4 {flops[4] / 1e6:.0f}")
+    print(f"bulk: {len(sources)} sentences, beam 4, batches of 64; "
           f"interactive: {len(alone)} sentences one at a time; best of {a.rounds} rounds")
     print()
     print("| engine | bulk sent/s | bulk vs CT2 fp32 | bulk / GEMM-bound | greedy ms "
@@ -108,10 +111,10 @@ def main(argv=None) -> None:
         ms = {k: median(latency[name, k]) for k in (1, 4)}
         print(f"| {name} | {len(sources) / bulk[name]:.1f} "
               f"| {bulk['CTranslate2 fp32'] / bulk[name]:.2f}× "
-              f"| {bulk[name] / floor['bulk']:.1f}× "
+              f"| {bulk[name] / len(sources) / floor['bulk']:.1f}× "
               f"| {1e3 * ms[1]:.1f} | {ms[1] / ref[1]:.2f}× "
               f"| {1e3 * ms[4]:.1f} | {ms[4] / ref[4]:.2f}× |")
-    print(f"| GEMM-bound (our FLOPs / fp32 rate) | {len(sources) / floor['bulk']:.1f} | "
+    print(f"| GEMM-bound (our FLOPs / fp32 rate) | {1 / floor['bulk']:.1f} | "
           f"| 1.0× | {1e3 * floor[1]:.1f} | | {1e3 * floor[4]:.1f} | |")
 
 

@@ -82,6 +82,15 @@ def test_shipped_model_greedy_identical(tmp_path):
     assert ours[-1] == ""
 
 
+def test_export_leaves_the_model_alone(tmp_path, sp):
+    translator = small_translator(sp, 0)
+    before = {k: v.clone() for k, v in translator.model.state_dict().items()}
+    for quantization in (None, "int8", "bfloat16"):
+        export_ctranslate2(translator, tmp_path / str(quantization), quantization)
+    for k, v in translator.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
 def test_export_refuses_clearly(tmp_path, sp, capsys):
     translator = small_translator(sp, 0)
     (tmp_path / "taken").mkdir()
