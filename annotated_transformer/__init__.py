@@ -10,7 +10,8 @@ __all__ = ['default_device', 'padding_mask', 'subsequent_mask', 'MultiHeadAttent
            'save_weights', 'TrainConfig', 'init_distributed', 'read_metrics', 'train', 'BEAM_SIZE', 'LENGTH_ALPHA',
            'beam_search', 'greedy_decode', 'length_penalty', 'decode_ids', 'encode_text', 'load_multi30k',
            'load_tokenizer', 'to_pairs', 'train_tokenizer', 'DownloadError', 'download_model', 'Translator',
-           'attention_maps', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'eval_mode']
+           'attention_maps', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'CT2Translator',
+           'export_ctranslate2', 'eval_mode']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.1.0"  # the one place it is set; pyproject.toml reads it from here
@@ -40,6 +41,7 @@ from .data import (
 from .hub import DownloadError, download_model
 from .translator import Translator, attention_maps, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
+from .export import CT2Translator, export_ctranslate2
 from .utils import eval_mode
 from . import cli  # noqa: F401 (reachable; its names stay in it)
 
@@ -58,4 +60,4 @@ _all_ = ["default_device", "padding_mask", "subsequent_mask", "MultiHeadAttentio
          "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
          "train_tokenizer", "DownloadError", "download_model", "Translator",
          "attention_maps", "corpus_bleu", "TranslationRecipe", "train_translation",
-         "eval_mode"]
+         "CT2Translator", "export_ctranslate2", "eval_mode"]
