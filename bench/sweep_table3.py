@@ -1,0 +1,82 @@
+"""Table 3 of the paper in miniature on a CPU (chapter 12), and the sweep around it.
+
+Every variant changes one thing of a small base model and trains for the same number
+of updates with the trainer of chapter 6c (`train`). The list of variants
+(`sweep_variants`) and the run function (`run_variant`) are the chapter's own, exported
+to annotated_transformer.ablations: the book shows the code that made its numbers, and
+re-runs a miniature of each experiment with it. Results go to one JSON file after each
+run; runs already there are skipped, so the sweep resumes.
+
+    python bench/sweep_table3.py --data ../shared/data/multi30k \\
+        --out bench/results/table3.json --runs runs/ablations
+
+Each run records wall time and process CPU time: the process may be paused by other
+jobs on a shared machine, so CPU time is the budget to compare, beside steps.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from annotated_transformer.ablations import ablation_data, run_variant, sweep_variants
+from annotated_transformer.utils import hardware
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", help="folder of the Multi30k text files")
+    p.add_argument("--out", type=Path, default=Path("bench/results/table3.json"))
+    p.add_argument("--runs", type=Path, default=Path("runs/ablations"))
+    p.add_argument("--only", nargs="*", help="names of the variants to run")
+    p.add_argument("--bleu-sentences", type=int, default=None,
+                   help="validation sentences for BLEU (default: all)")
+    a = p.parse_args(argv)
+    torch.set_num_threads(1)
+    done = json.loads(a.out.read_text()) if a.out.exists() else {"runs": []}
+    have = {r["name"] for r in done["runs"]}
+    todo = [v for v in sweep_variants() if v["name"] not in have
+            and (not a.only or v["name"] in a.only)]
+    data = ablation_data(a.data, out_dir=a.runs)
+    done.update(tokenizer_pieces=data["sp"].get_piece_size(),
+                bleu_sentences=a.bleu_sentences, command=" ".join(sys.argv))
+    for v in todo:
+        run_dir = a.runs / v["name"]
+        shutil.rmtree(run_dir, ignore_errors=True)         # a run starts afresh
+        cpu, wall = time.process_time(), time.perf_counter()
+        try:
+            result = run_variant(v, data, run_dir, a.bleu_sentences)
+        except Exception as e:                  # noted, not stored: a rerun retries it
+            print(f"{v['name']}: failed: {e!r}", flush=True)
+            continue
+        done["runs"].append({**v, **result, "cpu_s": time.process_time() - cpu,
+                             "wall_s": time.perf_counter() - wall,
+                             "hardware": hardware(), "torch": torch.__version__,
+                             "commit": git_commit(), "finished": time.strftime(
+                                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = a.out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(done, indent=1) + "\n")
+        os.replace(tmp, a.out)
+        r = done["runs"][-1]
+        print(f"{v['name']:>32}: val loss {r['val_loss']:.3f} ppl {r['val_ppl']:8.2f} "
+              f"BLEU {r.get('val_bleu', float('nan')):5.2f} | {r['steps']} steps "
+              f"{r['cpu_s']:6.1f} s CPU {r['wall_s']:6.1f} s wall", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
