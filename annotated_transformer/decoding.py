@@ -130,7 +130,7 @@ def _best_reachable(live_best: Tensor, step: int, limit: Tensor,
 # %% ../nbs/07_decoding.ipynb #25394d90
 def reorder_cache(cache: list[dict], index: Tensor,
                   parts: tuple = ("self", "cross")) -> None:
-    "Keep rows `index` (a long tensor) of the cached keys and values of `parts`, in place."
+    "Keep rows `index` (a long tensor) of the cached keys and values of `parts`."
     for layer in cache:
         for part in parts:
             for name, t in layer[part].items():   # "k", "v": (rows, heads, steps, d_k)
@@ -225,8 +225,9 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int = BEAM_SIZE,
             out_tokens[order[done]] = fin_tokens[done]
             if done.all():
                 break
-            keep = (~done).nonzero()[:, 0]            # finished sentences leave the batch
-            rows = (beam.gather(1, pick) + torch.arange(b, device=dev)[:, None] * K)[keep]
+            keep = (~done).nonzero()[:, 0]     # finished sentences leave the batch
+            first_row = torch.arange(b, device=dev)[:, None] * K
+            rows = (first_row + beam.gather(1, pick))[keep]     # (b', K)
             tokens = torch.cat([tokens.index_select(0, rows.view(-1)),
                                 tok.gather(1, pick)[keep].view(-1, 1)], dim=1)
             order, live, limit, fin_scores, fin_tokens, memory, src_mask = _keep(

@@ -89,7 +89,7 @@ def ctranslate2_spec(model: Transformer, sp):
     return spec
 
 # %% ../nbs/09d_export.ipynb #36534b02
-SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, kept beside the engine's
+SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, beside the engine's
 
 
 def export_ctranslate2(model, out_dir, quantization: str | None = None,
@@ -123,7 +123,7 @@ def export_ctranslate2(model, out_dir, quantization: str | None = None,
 # %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:
     """A model written by `export_ctranslate2`, run by CTranslate2 on the CPU.
-    `compute_type`: "default" (as stored), "float32", "int8", ...; `threads`: per call."""
+    `compute_type`: "default" (as stored), "float32", "int8"...; `threads`: per call."""
 
     def __init__(self, directory, compute_type: str = "default",
                  threads: int | None = None):

@@ -20,8 +20,9 @@ class MultiHeadAttention(nn.Module):
     tensor as query, key and value for self-attention. `cache` (a dict, filled in
     place) enables incremental decoding. Set `keep_weights = True` to keep the last
     attention weights, `(batch, h, n_q, n_k)`, in `.weights`. In eval mode without
-    `keep_weights`, Eq. (1) runs as PyTorch's fused `scaled_dot_product_attention`. `p_attn_drop`: dropout on
-    the attention weights; `bias=False` drops the projections' biases (the equations').
+    `keep_weights`, Eq. (1) runs as one fused `scaled_dot_product_attention`.
+    `p_attn_drop`: dropout on the attention weights; `bias=False` drops the
+    projections' biases (the equations').
     """
 
     def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
