@@ -137,7 +137,6 @@ def reorder_cache(cache: list[dict], index: Tensor,
                 layer[part][name] = t.index_select(0, index)
 
 
-
 def _keep(keep: Tensor, K: int, cache: list | None, rows: Tensor, *per_sentence,
           memory: Tensor, src_mask: Tensor) -> tuple:
     """After a step: the next beams' rows `rows` `(b', K)` of the sentences `keep`
@@ -145,7 +144,7 @@ def _keep(keep: Tensor, K: int, cache: list | None, rows: Tensor, *per_sentence,
     `memory` and `src_mask` of those sentences only."""
     if cache is not None:               # the prefixes' keys and values follow the beams
         reorder_cache(cache, rows.view(-1), ("self",))
-    if keep.numel() == per_sentence[0].size(0):                  # nobody left
+    if keep.numel() == per_sentence[0].size(0):          # no sentence finished
         return (*per_sentence, memory, src_mask)
     sentence_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)
     if cache is not None:               # the encoder's are equal within a sentence
