@@ -15,7 +15,7 @@ __all__ = ['default_device', 'padding_mask', 'subsequent_mask', 'MultiHeadAttent
            'head_mask', 'fit_power_law', 'run_variant', 'eval_mode']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
-__version__ = "0.1.0"  # the one place it is set; pyproject.toml reads it from here
+__version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
 
 from .attention import (
     default_device, padding_mask, subsequent_mask)

@@ -26,7 +26,8 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 
 
 # Once a release is on the package index, install cells pin it there (`name[extras]==version`);
-# until then they install the repository at the tag of the version (`git+URL@vX.Y.Z`).
+# until then they install the repository at `SOURCE_REF` (part 9a): `main` between releases,
+# the release's tag in a release commit.
 ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
           r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b",
@@ -35,11 +36,10 @@ INSTALL_CELL = '''\
 #| hide
 # Installs the package at the version this page was built from where it is missing or
 # older (Colab, Kaggle, a new Jupyter). Written by tools/nbclean.py: edit it there.
-import importlib.metadata, os, re, subprocess, sys
+import importlib, importlib.metadata, re, subprocess, sys
 
 BOOK_VERSION = "{version}"
-NAME = "{name}"
-{spec}
+SPEC = {spec}
 
 
 def _parts(version):
@@ -53,9 +53,11 @@ except importlib.metadata.PackageNotFoundError:
 if _have is None or _have < _parts(BOOK_VERSION):
     _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", SPEC],
                           capture_output=True, text=True)
-    if _pip.returncode:
-        print(f"Could not install the book's package: run  pip install \'{{SPEC}}\'  "
-              "in a terminal, then restart the kernel.", file=sys.stderr)'''
+    if _pip.returncode:                    # pip's own words first, then what to do
+        print(*(_pip.stdout + _pip.stderr).splitlines()[-12:], sep="\\n", file=sys.stderr)
+        raise SystemExit(f"pip could not install the book's package (its last lines are "
+                         f"above). Run  pip install \'{{SPEC}}\'  and restart the kernel.")
+    importlib.invalidate_caches()'''
 
 
 def install_cell(code: str) -> str:
@@ -64,16 +66,15 @@ def install_cell(code: str) -> str:
     url = yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"]
     init = (root / "annotated_transformer/__init__.py").read_text()
     version = re.search(r'__version__ = "([^"]+)"', init).group(1)
+    hub = (root / "annotated_transformer/hub.py").read_text()
+    ref = re.search(r'^SOURCE_REF = "([^"]+)"', hub, re.M).group(1)
     extras = ",".join(k for k, rx in EXTRAS.items() if re.search(rx, code, re.M))
     name = f"annotated_transformer[{extras}]" if extras else "annotated_transformer"
-    if ON_INDEX:  # AT_PACKAGE_URL, set by the tests, installs the commit under test
-        spec = ('SPEC = (f"{NAME} @ {os.environ[\'AT_PACKAGE_URL\']}" '
-                'if "AT_PACKAGE_URL" in os.environ\n        else f"{NAME}=={BOOK_VERSION}")')
+    if ON_INDEX:
+        spec = f'"{name}=={version}"'
     else:
-        spec = ("# where it comes from; AT_PACKAGE_URL (the tests) names the commit under test"
-                f'\nSOURCE = "git+{url}@v{version}"\n'
-                "SPEC = f\"{NAME} @ {os.environ.get('AT_PACKAGE_URL', SOURCE)}\"")
-    return INSTALL_CELL.format(version=version, name=name, spec=spec)
+        spec = f'("{name} @ "\n        "git+{url}@{ref}")'
+    return INSTALL_CELL.format(version=version, spec=spec)
 
 
 def _set_install_cell(nb):
