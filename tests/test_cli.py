@@ -3,9 +3,11 @@ files: train a tiny model for a few steps, extend it, translate awkward input, e
 
 The model learns next to nothing in 20 steps; these tests check the plumbing — one output line
 per input line, warnings on stderr, clear errors, files on disk — not the translations.
+The tests that train ask for the `multi30k` fixture (tests/conftest.py): the folder, or a skip.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,6 @@ import pytest
 
 from annotated_transformer.cli import main
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 TINY = {
     "model": {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "p_drop": 0.1,
               "p_attn_drop": 0.0, "p_ff_drop": 0.0, "max_len": 128},
@@ -24,23 +25,22 @@ TINY = {
     "vocab_size": 300, "bleu_every": 10, "bleu_sentences": 8, "average": [1, 2],
     "select_sentences": 8, "train_pairs": 3000, "max_minutes": None,
 }
-pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"no Multi30k files at {DATA}")
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
+def model_dir(tmp_path_factory, multi30k):
     """A tiny model trained for 10 steps; a changed recipe (warm-up) and a smaller budget
     are refused in the same directory; a larger `--steps` extends the finished run to 20."""
     tmp = tmp_path_factory.mktemp("cli")
     config = tmp / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp / "model"
-    args = ["train", "--model-dir", str(out), "--data", str(DATA), "--config", str(config),
-            "--threads", "1", "--quiet"]
+    args = ["train", "--model-dir", str(out), "--data", str(multi30k), "--config",
+            str(config), "--threads", "1", "--quiet"]
     assert main(args + ["--steps", "10"]) == 0
     other = tmp / "other_warmup.json"
     other.write_text(json.dumps({**TINY, "train": {**TINY["train"], "warmup": 5}}))
-    assert main(["train", "--model-dir", str(out), "--data", str(DATA), "--config",
+    assert main(["train", "--model-dir", str(out), "--data", str(multi30k), "--config",
                  str(other), "--threads", "1", "--quiet", "--steps", "10"]) == 1
     assert main(args + ["--steps", "5"]) == 1   # fewer steps than already trained
     assert main(args + ["--steps", "10"]) == 0  # the same recipe: nothing left to do
@@ -86,10 +86,10 @@ def test_translate_stdin_to_stdout(model_dir, monkeypatch, capsys):
     assert out.count("\n") == 3 and out.split("\n")[1] == ""
 
 
-def test_evaluate_prints_score_and_signature(model_dir, tmp_path, capsys):
+def test_evaluate_prints_score_and_signature(model_dir, multi30k, tmp_path, capsys):
     src, ref = tmp_path / "src.en", tmp_path / "ref.de"
-    src.write_text("".join(open(DATA / "val.en").readlines()[:5]))
-    ref.write_text("".join(open(DATA / "val.de").readlines()[:5]))
+    src.write_text("".join(open(multi30k / "val.en").readlines()[:5]))
+    ref.write_text("".join(open(multi30k / "val.de").readlines()[:5]))
     assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
                  "--reference", str(ref), "--beam-size", "2", "-o",
                  str(tmp_path / "hyp.de")]) == 0
@@ -142,32 +142,41 @@ def test_missing_device_is_named(model_dir, capsys):
         assert "Traceback" not in err
 
 
-def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, capsys):
+def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, multi30k, tmp_path,
+                                                      capsys):
     """The default recipe has no time limit, so a run started with {"max_minutes": null}
-    resumes under a config that leaves it out, as does a run recorded before a field
-    (`model.bias`) existed; the progress shows the steps."""
-    from annotated_transformer.recipe import TranslationRecipe
-    assert TranslationRecipe().max_minutes is None
-    saved = model_dir / "recipe.json"
+    resumes under a config that leaves it out (and is refused under one with a limit),
+    as does a run recorded before a field (`model.bias`) existed; the progress shows the
+    steps. On a copy of the shared model directory, which the other tests read."""
+    run = tmp_path / "model"
+    shutil.copytree(model_dir, run)
+    saved = run / "recipe.json"
     old = json.loads(saved.read_text())
+    assert old["max_minutes"] is None
     del old["model"]["bias"]
     saved.write_text(json.dumps(old))
-    config = model_dir.parent / "no_minutes.json"
-    config.write_text(json.dumps({k: v for k, v in TINY.items() if k != "max_minutes"}))
-    assert main(["train", "--model-dir", str(model_dir), "--data", str(DATA), "--config",
-                 str(config), "--threads", "1", "--steps", "20"]) == 0
+
+    def train(recipe: dict) -> int:
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(recipe))
+        return main(["train", "--model-dir", str(run), "--data", str(multi30k),
+                     "--config", str(config), "--threads", "1", "--steps", "20"])
+
+    assert train({**TINY, "max_minutes": 5}) == 1                 # a limit: another recipe
+    assert "used another recipe" in capsys.readouterr().err
+    assert train({k: v for k, v in TINY.items() if k != "max_minutes"}) == 0
     err = capsys.readouterr().err
     assert "resuming from" in err and "training pairs" in err and "saved" in err
     assert "100%" in err and "20/20" in err                        # the bar over steps
 
 
-def test_max_minutes_stops_at_a_checkpoint(tmp_path, capsys):
+def test_max_minutes_stops_at_a_checkpoint(multi30k, tmp_path, capsys):
     """`--max-minutes` (the recipe's `max_minutes`): a budget already spent by the data
     preparation stops a fresh run at its first checkpoint, which is then selected."""
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "model"
-    assert main(["train", "--model-dir", str(out), "--data", str(DATA), "--config",
+    assert main(["train", "--model-dir", str(out), "--data", str(multi30k), "--config",
                  str(config), "--threads", "1", "--quiet", "--max-minutes", "1e-6"]) == 0
     assert json.loads((out / "config.json").read_text())["notes"]["steps"] == 10
     assert json.loads((out / "recipe.json").read_text())["max_minutes"] == 1e-6
@@ -244,16 +253,28 @@ def test_progress_bar_only_on_a_terminal(model_dir, tmp_path, capsys):
     assert b"2/2" in err and b"sentence" in err
 
 
-def test_evaluate_json(model_dir, tmp_path, capsys):
-    src, ref = tmp_path / "src.en", tmp_path / "ref.de"
-    src.write_text("".join(open(DATA / "val.en").readlines()[:4]))
-    ref.write_text("".join(open(DATA / "val.de").readlines()[:4]))
+def test_evaluate_json(model_dir, multi30k, tmp_path, capsys):
+    """The score is sacreBLEU's own on the translations written; scored against
+    themselves, those translations get 100."""
+    import sacrebleu
+    src, ref, hyp = tmp_path / "src.en", tmp_path / "ref.de", tmp_path / "hyp.de"
+    src.write_text("".join(open(multi30k / "val.en").readlines()[:4]))
+    ref.write_text("".join(open(multi30k / "val.de").readlines()[:4]))
     assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
-                 "--reference", str(ref), "--beam-size", "2", "--json"]) == 0
+                 "--reference", str(ref), "--beam-size", "2", "--json", "-o",
+                 str(hyp)]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     result = json.loads(out)
-    assert 0 <= result["score"] <= 100 and "tok:13a" in result["signature"]
+    hyps = hyp.read_text(encoding="utf-8").splitlines()
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    assert len(hyps) == 4 and any(hyps)
+    assert result["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score,
+                                            abs=1e-9)
+    assert "tok:13a" in result["signature"]
+    assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
+                 "--reference", str(hyp), "--beam-size", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)
     assert result["lines"] == 4 and result["seconds"] >= 0
     assert result["beam_size"] == 2 and result["alpha"] == 0.6
     assert result["precision"] == "fp32" and result["device"].startswith(("cpu", "cuda"))

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from annotated_transformer import __version__
 from annotated_transformer.data import load_tokenizer, train_tokenizer
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.cli import main
-from annotated_transformer.hub import REPOSITORY_URL, DownloadError, download_model, model_url
+from annotated_transformer.hub import (REPOSITORY_URL, SOURCE_REF, DownloadError,
+                                       download_model, model_url)
 from annotated_transformer.translator import Translator
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
@@ -86,7 +86,7 @@ class Server:
 @pytest.fixture
 def server(monkeypatch):
     monkeypatch.setenv("no_proxy", "127.0.0.1")          # a proxy must not see these
-    monkeypatch.delenv("AT_MODEL_URL", raising=False)
+    monkeypatch.delenv("AT_MODEL_HOST", raising=False)
     s = Server()
     yield s
     s.httpd.shutdown()
@@ -271,16 +271,25 @@ def test_shipped_model_name(saved, server, tmp_path, monkeypatch, translator):
     assert REPOSITORY_URL == "https://github.com/annotated-transformer/annotated_transformer"
     assert model_url("multi30k_en_de") == (
         "https://raw.githubusercontent.com/annotated-transformer/annotated_transformer/"
-        f"v{__version__}/models/multi30k_en_de")
-    url = server.serve("shipped", saved)
-    monkeypatch.setenv("AT_MODEL_URL", url)
+        f"{SOURCE_REF}/models/multi30k_en_de")
+    # the host is swapped, the path (organisation, repository, ref, folder) is not
+    path = f"annotated-transformer/annotated_transformer/{SOURCE_REF}/models/multi30k_en_de"
+    url = server.serve(path, saved)
+    monkeypatch.setenv("AT_MODEL_HOST", server.url + "/")
     assert model_url("multi30k_en_de") == url
     loaded = Translator.from_pretrained("multi30k_en_de", device="cpu", cache_dir=tmp_path)
     assert loaded.translate(SENTENCES, **GREEDY) == translator.translate(SENTENCES, **GREEDY)
-    assert server.requests and all(r.startswith("/shipped/") for r in server.requests)
+    assert server.requests and all(r.startswith(f"/{path}/") for r in server.requests)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="no such model directory"):
         Translator.from_pretrained("multi30k_en_de_v2")        # neither a name nor a folder
+
+
+def test_shipped_model_at_a_missing_ref_is_a_404(server, tmp_path, monkeypatch):
+    "Nothing is served at the ref: the download fails with the URL and the HTTP status."
+    monkeypatch.setenv("AT_MODEL_HOST", server.url)
+    with pytest.raises(DownloadError, match=rf"{SOURCE_REF}/models/multi30k_en_de.*404"):
+        Translator.from_pretrained("multi30k_en_de", device="cpu", cache_dir=tmp_path)
 
 
 def test_cli_translates_from_a_url(saved, server, tmp_path, monkeypatch, capsys):

@@ -4,11 +4,6 @@ A missing optional extra names the pip command that installs it; a public functi
 a number it cannot use says which argument, what it got and what it allows; a broken
 tokenizer file is named together with the fix. Each test checks one message.
 """
-import os
-
-os.environ["HF_HUB_OFFLINE"] = "1"       # before datasets / huggingface_hub read them
-os.environ["HF_DATASETS_OFFLINE"] = "1"
-
 import random
 import re
 import sys
@@ -32,11 +27,35 @@ def message_of(call) -> str:
     return str(e.value)
 
 
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    "No test here may reach a hub: offline for each test of this module, not for the run."
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    for module, name in (("datasets.config", "HF_DATASETS_OFFLINE"),
+                         ("huggingface_hub.constants", "HF_HUB_OFFLINE")):
+        if sys.modules.get(module) is not None:      # read the variables at import
+            monkeypatch.setattr(sys.modules[module], name, True)
+
+
 # --- missing extras -------------------------------------------------------------------
 
-def test_optional_import_returns_the_module():
-    import json
-    assert optional_import("json", "viz") is json
+def test_optional_import_returns_the_module(tmp_path, monkeypatch):
+    "The module asked for, imported now if it was not yet; for a dotted name, the submodule."
+    (tmp_path / "fresh_extra.py").write_text("VALUE = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "fresh_extra", raising=False)
+    module = optional_import("fresh_extra", "viz")
+    assert module.VALUE == 42 and sys.modules["fresh_extra"] is module
+    from json import decoder
+    assert optional_import("json.decoder", "viz") is decoder     # not the package json
+
+
+def test_optional_import_of_a_missing_submodule_names_the_extra():
+    "The package is there, the submodule asked for is not: the extra, as for the package."
+    with pytest.raises(ModuleNotFoundError) as e:
+        optional_import("json.no_such_part", "viz")
+    assert str(e.value) == hint("json", "viz") and e.value.name == "json"
 
 
 def test_optional_import_names_the_extra(monkeypatch):
@@ -61,7 +80,19 @@ def test_optional_import_keeps_other_missing_modules(tmp_path, monkeypatch):
     with pytest.raises(ModuleNotFoundError) as e:
         optional_import("half_installed", "data")
     assert e.value.name == "a_dependency_nobody_has"
-    assert "pip install" not in str(e.value)
+    assert str(e.value) == "No module named 'a_dependency_nobody_has'"   # Python's own
+
+
+def test_optional_import_reraises_other_import_errors(tmp_path, monkeypatch):
+    "A module whose own code fails as it is imported: that error, not a missing extra."
+    (tmp_path / "broken_extra.py").write_text("from json import no_such_name\n")
+    (tmp_path / "failing_extra.py").write_text("raise RuntimeError('broken on import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match="cannot import name 'no_such_name'") as e:
+        optional_import("broken_extra", "data")
+    assert not isinstance(e.value, ModuleNotFoundError)
+    with pytest.raises(RuntimeError, match="^broken on import$"):
+        optional_import("failing_extra", "data")
 
 
 def test_load_multi30k_without_datasets(tmp_path, monkeypatch):
@@ -199,9 +230,14 @@ def test_train_config_fields(field, value, message):
 
 
 def test_train_config_defaults_and_presets_pass():
-    trainer.TrainConfig()
+    "Each preset: its own settings, then the given changes, the defaults everywhere else."
+    default = vars(trainer.TrainConfig())
+    changes = dict(clip_norm=1.0, keep_last=7)
     for name in ("copy", "copy_quick", "multi30k"):
-        trainer.TrainConfig.preset(name, clip_norm=1.0)
+        settings = trainer._PRESETS[name]
+        assert {k: v for k, v in settings.items() if default[k] != v}, name  # not defaults
+        got = vars(trainer.TrainConfig.preset(name, **changes))
+        assert got == {**default, **settings, **changes}, name
 
 
 def test_train_config_unknown_preset():

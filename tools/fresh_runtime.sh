@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The "fresh runtime" stage: every chapter as a Colab reader meets it. For each notebook:
 #   - a new virtual environment holding only what the kernel brings (PyTorch, ipykernel and
-#     the scientific stack a Colab-like runtime has), never the package;
+#     the scientific stack a Colab-like runtime has, on Colab's Python 3.12 where this machine
+#     has it), never the package;
 #   - the notebook copied alone into an empty folder outside the checkout: no ../shared, no
 #     runs/, no models/ beside it;
 #   - executed top to bottom (nbval in lax mode: every cell runs, every assertion counts),
-#     its install cell running its real `pip install`. Only the URLs are swapped for local
-#     stand-ins: the package from this repository at HEAD (git+file://), the shipped model
-#     from an HTTP server on 127.0.0.1 serving models/, the data from a folder in the Hub's
-#     layout built from ../shared.
+#     its install cell running its real `pip install` of the real URL and ref.
+# Only hosts are swapped, never refs or paths: git's `url.<mirror>.insteadOf` sends
+# github.com/<org>/<repo> to a bare mirror of this repository holding its branches and tags;
+# AT_MODEL_HOST sends the model download to tools/raw_server.py, which answers
+# /<org>/<repo>/<ref>/<path> from `git show <ref>:<path>` in that mirror (404 otherwise); the
+# data comes from a folder in the Hub's layout built from ../shared. A ref or file that the
+# repository lacks fails here as it fails for a reader.
 # Usage: tools/fresh_runtime.sh [NOTEBOOK ...]   (default: every chapter in nbs/)
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -20,9 +24,20 @@ KERNEL_REQS="ipykernel numpy matplotlib pandas pyarrow"
 notebooks=("$@")
 [ ${#notebooks[@]} -gt 0 ] || notebooks=(nbs/*.ipynb)
 
-if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
-  echo "note: the package is installed from HEAD; uncommitted changes are not tested here"
+URL=$(grep -A2 '^repository:' _config.yml | sed -n 's/^ *url: *//p')   # https://github.com/<org>/<repo>
+ORG_REPO=${URL#https://github.com/}
+if [ -n "$(git status --porcelain --untracked-files=no)" ] \
+   || [ "$(git rev-parse HEAD)" != "$(git rev-parse --verify --quiet main || true)" ]; then
+  echo "note: readers install what the repository's refs name (main: $(git rev-parse --short main));" \
+       "uncommitted changes and other branches are not tested here"
 fi
+# Colab's Python where this machine has it (pyenv's shims answer only for the global version)
+KERNEL_PYTHON=python3
+for p in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
+  if "$p" -c "import sys; assert sys.version_info[:2] == (3, 12)" 2>/dev/null; then
+    KERNEL_PYTHON=$p; break
+  fi
+done
 tmp=$(mktemp -d)
 server=""
 cleanup() {  # KEEP_TMP=1 keeps the folders for a look after a failure
@@ -32,12 +47,12 @@ cleanup() {  # KEEP_TMP=1 keeps the folders for a look after a failure
 trap cleanup EXIT
 
 t0=$SECONDS
-python3 -m venv "$tmp/kernel"
+"$KERNEL_PYTHON" -m venv "$tmp/kernel"
 quiet() { "$@" >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; return 1; }; }
 quiet "$tmp/kernel/bin/pip" install $TORCH_SPEC
 quiet "$tmp/kernel/bin/pip" install $KERNEL_REQS
 kernel_site=$("$tmp/kernel/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-echo "kernel requirements ready ($((SECONDS - t0)) s): $TORCH_SPEC $KERNEL_REQS"
+echo "kernel requirements ready ($((SECONDS - t0)) s): $("$tmp/kernel/bin/python" -V), $TORCH_SPEC $KERNEL_REQS"
 
 # the Hub's layout (train/val/test.jsonl), read through the same load_dataset call
 hub=""
@@ -48,13 +63,18 @@ else
   echo "no Multi30k files at $DATA: chapters 8 and 9 will reach for the real Hub"
 fi
 
-# the shipped model, served as the repository would serve it
-port=$("$VENV/bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
-mkdir -p "$tmp/www"
-[ -d models ] && cp -r models/. "$tmp/www/"
-"$VENV/bin/python" -m http.server "$port" --bind 127.0.0.1 --directory "$tmp/www" \
-  >"$tmp/http.log" 2>&1 &
+# the repository as github.com serves it: its branches and tags, in a bare mirror
+git clone --quiet --bare "$REPO" "$tmp/mirror.git"
+cat >"$tmp/gitconfig" <<CFG
+[url "file://$tmp/mirror.git"]
+	insteadOf = $URL
+CFG
+# raw.githubusercontent.com: files at a ref of that mirror
+"$VENV/bin/python" tools/raw_server.py "$tmp/mirror.git" "$ORG_REPO" "$tmp/port" \
+  2>"$tmp/http.log" &
 server=$!
+for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+port=$(cat "$tmp/port")
 
 cat >"$tmp/pytest.ini" <<'INI'
 [pytest]
@@ -66,7 +86,7 @@ for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   t1=$SECONDS
   env_dir=$tmp/venv_$name run=$tmp/run_$name
-  python3 -m venv "$env_dir"
+  "$KERNEL_PYTHON" -m venv "$env_dir"
   site=$("$env_dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   echo "$kernel_site" >"$site/_kernel_requirements.pth"
   mkdir -p "$tmp/jupyter/kernels/$name" "$run"
@@ -78,8 +98,7 @@ JSON
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
         JUPYTER_PATH="$tmp/jupyter" AT_QUICK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
         MPLBACKEND=Agg AT_CACHE_DIR="$tmp/cache_$name" \
-        AT_PACKAGE_URL="git+file://localhost$REPO@$(git -C "$REPO" rev-parse HEAD)" \
-        AT_MODEL_URL="http://127.0.0.1:$port/multi30k_en_de" \
+        GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \
           --nbval-lax --nbval-kernel-name "$name" "$(basename "$nb")" >"$tmp/$name.log" 2>&1)
