@@ -26,10 +26,6 @@ from annotated_transformer.data import (MULTI30K_ENV, MULTI30K_HUB_ENV, MULTI30K
                                         to_pairs, train_tokenizer)
 from annotated_transformer.model import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-REPO = Path(__file__).resolve().parents[1]
-REAL_DIR = multi30k_dir(default=REPO.parent / "shared" / "data" / "multi30k")
-needs_real_data = pytest.mark.skipif(REAL_DIR is None, reason="Multi30k text files not found")
-
 
 @pytest.fixture
 def no_network(monkeypatch):
@@ -203,13 +199,12 @@ def text_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]  # files end with a newline
 
 
-@needs_real_data
-def test_hub_layout_folder_offline(tmp_path, monkeypatch, no_network, real):
+def test_hub_layout_folder_offline(multi30k, tmp_path, monkeypatch, no_network, real):
     """The hub's code path run offline on a folder in the hub's layout (train.jsonl,
     val.jsonl, test.jsonl built from the text files): the same splits, columns and
     sentences as the text files."""
     assert datasets.config.HF_DATASETS_OFFLINE
-    hub = load_standin_builder().make_hub_standin(REAL_DIR, tmp_path / "hub")
+    hub = load_standin_builder().make_hub_standin(multi30k, tmp_path / "hub")
     assert sorted(p.name for p in hub.iterdir()) == ["test.jsonl", "train.jsonl",
                                                       "val.jsonl"]
     monkeypatch.delenv(MULTI30K_ENV, raising=False)
@@ -222,7 +217,7 @@ def test_hub_layout_folder_offline(tmp_path, monkeypatch, no_network, real):
     assert all(ds[s].column_names == ["en", "de"] for s in ds)
     for split, stem in MULTI30K_SPLITS.items():
         for lang in ("en", "de"):
-            lines = text_lines(REAL_DIR / f"{stem}.{lang}")
+            lines = text_lines(multi30k / f"{stem}.{lang}")
             col = ds[split][lang]
             assert col[0] == normalize_line(lines[0])
             assert col[-1] == normalize_line(lines[-1])
@@ -234,13 +229,11 @@ def test_hub_layout_folder_offline(tmp_path, monkeypatch, no_network, real):
 # --- the real files -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def real():
-    if REAL_DIR is None:
-        pytest.skip("Multi30k text files not found")
-    return load_multi30k(REAL_DIR)
+def real(multi30k):
+    "The local files, loaded (tests/conftest.py: skipped without them)."
+    return load_multi30k(multi30k)
 
 
-@needs_real_data
 def test_real_files(real):
     assert {s: real[s].num_rows for s in real} == {"train": 29000, "validation": 1014,
                                                   "test": 1000}
@@ -257,7 +250,6 @@ def sp(real, tmp_path_factory):
     return load_tokenizer(train_tokenizer(real, tmp_path_factory.mktemp("spm"), 8000))
 
 
-@needs_real_data
 def test_special_ids(sp):
     assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
     assert (PAD_ID, BOS_ID, EOS_ID, UNK_ID) == (0, 1, 2, 3)
@@ -265,7 +257,6 @@ def test_special_ids(sp):
     assert sp.get_piece_size() == 8000
 
 
-@needs_real_data
 def test_round_trip(sp, real):
     sentences = real["validation"]["de"][:20] + real["test"]["en"][:20]
     encoded = encode_text(sp, sentences)
@@ -279,7 +270,6 @@ def test_round_trip(sp, real):
     assert decode_ids(sp, torch.tensor(one + [PAD_ID] * 3)) == sentences[0]
 
 
-@needs_real_data
 def test_pairs_direction(sp, real):
     val = real["validation"].select(range(5))
     en_de, de_en = to_pairs(val, sp), to_pairs(val, sp, src="de", tgt="en")
@@ -291,7 +281,6 @@ def test_pairs_direction(sp, real):
     assert decode_ids(sp, en_de[0][1]) == val[0]["de"]
 
 
-@needs_real_data
 def test_tokenizer_sees_only_train(real, tmp_path):
     unseen = datasets.Dataset.from_dict({"en": ["Жук"] * 50, "de": ["Жук"] * 50})
     dd = datasets.DatasetDict({"train": real["train"].select(range(3000)), "validation": unseen})

@@ -21,7 +21,6 @@ from annotated_transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "models" / "multi30k_en_de"
-DATA = ROOT.parent / "shared" / "data" / "multi30k"
 VARIANTS = [{}, {"norm_first": True, "activation": "gelu"},
             {"bias": False, "learned_pos": True}]
 
@@ -69,15 +68,14 @@ def test_scores_and_greedy_match(tmp_path, sp, changes):
         assert [sp.piece_to_id(p) for p in found.hypotheses[0]] == output_ids(tokens)[0]
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="no Multi30k files beside the repository")
-def test_shipped_model_greedy_identical(tmp_path):
+def test_shipped_model_greedy_identical(multi30k, tmp_path):
     translator = Translator.from_pretrained(SHIPPED, device="cpu")
     out = tmp_path / "ct2"
     assert main(["export", "--model-dir", str(SHIPPED), "--to", "ctranslate2",
                  str(out)]) == 0
-    sources = (DATA / "test_2016_flickr.en").read_text().splitlines()[:30]
+    sources = (multi30k / "test_2016_flickr.en").read_text().splitlines()[:30]
     sources = [normalize_line(s) for s in sources] + [""]
-    ours = translator.translate(sources, beam_size=1)
+    ours = translator.translate(sources, beam_size=1, precision="fp32")   # as CT2's
     assert CT2Translator(out).translate(sources, beam_size=1) == ours
     assert ours[-1] == ""
 
@@ -98,6 +96,10 @@ def test_export_refuses_clearly(tmp_path, sp, capsys):
         export_ctranslate2(translator, tmp_path / "taken")
     with pytest.raises(ValueError, match="quantization must be one of"):
         export_ctranslate2(translator, tmp_path / "x", quantization="int3")
+    capsys.readouterr()
     assert main(["export", "--model-dir", str(tmp_path / "missing"), "--to",
                  "ctranslate2", str(tmp_path / "y")]) == 1
-    assert "error" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"annotated-transformer: error: {tmp_path / 'missing'}: "
+                          "no such model directory") and err.count("\n") == 1, err
+    assert not (tmp_path / "y").exists()                 # nothing written

@@ -3,7 +3,7 @@
 No network: `AT_MULTI30K_HUB` points the data module at a stand-in for the hub copy (built by
 tests/make_hub_standin.py from the first lines of the local files), and the script must write
 those lines back byte for byte, then leave the files alone on a second run. Skipped without
-the local Multi30k files.
+the local Multi30k files (the `multi30k` fixture, tests/conftest.py).
 """
 import importlib.util
 from pathlib import Path
@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared/data/multi30k"
 FILES = [f"{stem}.{lang}" for stem in ("train", "val", "test_2016_flickr") for lang in ("en", "de")]
 N = 40
-
-pytestmark = pytest.mark.skipif(not (DATA / "train.en").is_file(),
-                                reason=f"no Multi30k text files at {DATA}")
 
 
 def load(path: Path):
@@ -26,18 +22,18 @@ def load(path: Path):
     return module
 
 
-def first_lines(name: str) -> str:
-    lines = (DATA / name).read_text(encoding="utf-8").split("\n")[:N]
+def first_lines(data: Path, name: str) -> str:
+    lines = (data / name).read_text(encoding="utf-8").split("\n")[:N]
     return "".join(line + "\n" for line in lines)
 
 
 @pytest.fixture
-def hub(tmp_path, monkeypatch):
+def hub(multi30k, tmp_path, monkeypatch):
     "A stand-in hub folder with the first N lines of each split; the hub itself switched off."
     small = tmp_path / "small"
     small.mkdir()
     for name in FILES:
-        (small / name).write_text(first_lines(name), encoding="utf-8")
+        (small / name).write_text(first_lines(multi30k, name), encoding="utf-8")
     folder = load(REPO / "tests/make_hub_standin.py").make_hub_standin(small, tmp_path / "hub")
     monkeypatch.setenv("AT_MULTI30K_HUB", str(folder))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -46,13 +42,13 @@ def hub(tmp_path, monkeypatch):
     return folder
 
 
-def test_writes_the_six_files_then_leaves_them_alone(hub, tmp_path, capsys):
+def test_writes_the_six_files_then_leaves_them_alone(hub, multi30k, tmp_path, capsys):
     script = load(REPO / "tools/fetch_multi30k.py")
     target = tmp_path / "multi30k"
     assert script.main([str(target), "--source", "hub"]) == 0
     assert sorted(p.name for p in target.iterdir()) == sorted(FILES)   # no temporary files left
     for name in FILES:
-        assert (target / name).read_text(encoding="utf-8") == first_lines(name), name
+        assert (target / name).read_text(encoding="utf-8") == first_lines(multi30k, name), name
 
     for f in hub.iterdir():          # a second run must not even read the hub
         f.unlink()
@@ -61,7 +57,7 @@ def test_writes_the_six_files_then_leaves_them_alone(hub, tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().out
 
 
-def test_official_files_checked_by_hash(tmp_path):
+def test_official_files_checked_by_hash(multi30k, tmp_path):
     """The default source: gzipped official files, served here from 127.0.0.1; each text's
     SHA-256 must be the listed one, and a wrong file leaves nothing behind."""
     import gzip
@@ -72,7 +68,7 @@ def test_official_files_checked_by_hash(tmp_path):
     served = tmp_path / "served"
     served.mkdir()
     for name in FILES:
-        (served / f"{name}.gz").write_bytes(gzip.compress((DATA / name).read_bytes()))
+        (served / f"{name}.gz").write_bytes(gzip.compress((multi30k / name).read_bytes()))
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
     handler.log_message = lambda *a: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -83,7 +79,7 @@ def test_official_files_checked_by_hash(tmp_path):
         target = tmp_path / "multi30k"
         script.fetch_official(target, base)
         for name in FILES:
-            assert (target / name).read_bytes() == (DATA / name).read_bytes(), name
+            assert (target / name).read_bytes() == (multi30k / name).read_bytes(), name
         (served / "val.de.gz").write_bytes(gzip.compress(b"not the file\n"))
         with pytest.raises(OSError, match="SHA-256"):
             script.fetch_official(tmp_path / "other", base)

@@ -25,7 +25,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 STEPS, MORE = 6, 9
 TINY = {
     "model": {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "p_drop": 0.0,
@@ -40,19 +39,16 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc_per_node=2", "-m", "annotated_transformer"]
-pytestmark = [
-    pytest.mark.skipif(not DATA.is_dir(), reason=f"no Multi30k files at {DATA}"),
-    pytest.mark.skipif(GPUS == 1, reason="CUDA is available but only 1 GPU is visible: "
-                       "the two-process NCCL run needs 2"),
-]
+pytestmark = pytest.mark.skipif(GPUS == 1, reason="CUDA is available but only 1 GPU is "
+                                "visible: the two-process NCCL run needs 2")
 
 
-def train(launcher: list, model_dir: Path, accum_steps: int, *extra: str) -> None:
+def train(launcher: list, data: Path, model_dir: Path, accum_steps: int, *extra: str) -> None:
     config = model_dir.parent / f"{model_dir.name}.json"
     config.write_text(json.dumps({**TINY, "train": {**TINY["train"],
                                                     "accum_steps": accum_steps}}))
     out = subprocess.run([*launcher, "train", "--model-dir", str(model_dir), "--data",
-                          str(DATA), "--config", str(config), "--quiet", *extra],
+                          str(data), "--config", str(config), "--quiet", *extra],
                          env=ENV, timeout=180, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
@@ -66,12 +62,12 @@ def losses(model_dir: Path) -> list[float]:
     return [r["loss"] for r in map(json.loads, lines) if "loss" in r]
 
 
-def test_torchrun_matches_one_process_and_resumes(tmp_path):
+def test_torchrun_matches_one_process_and_resumes(multi30k, tmp_path):
     single, ddp = tmp_path / "single", tmp_path / "ddp"
-    train([sys.executable, "-m", "annotated_transformer"], single, 2)
+    train([sys.executable, "-m", "annotated_transformer"], multi30k, single, 2)
     ddp.mkdir()
     shutil.copy(single / "tokenizer.model", ddp / "tokenizer.model")
-    train(TORCHRUN, ddp, 1)
+    train(TORCHRUN, multi30k, ddp, 1)
 
     w_one, w_ddp = weights(single, STEPS), weights(ddp, STEPS)
     assert w_one.keys() == w_ddp.keys()
@@ -86,7 +82,7 @@ def test_torchrun_matches_one_process_and_resumes(tmp_path):
     assert losses(single)[-1] < losses(single)[0]       # it trained
     assert json.loads((ddp / "config.json").read_text())["notes"]["steps"] == STEPS
 
-    train(TORCHRUN, ddp, 1, "--steps", str(MORE))       # one more stretch: resumes
+    train(TORCHRUN, multi30k, ddp, 1, "--steps", str(MORE))       # one more stretch: resumes
     notes = json.loads((ddp / "config.json").read_text())["notes"]
     assert notes["steps"] == MORE and notes["hardware"].startswith("2 × ")
     assert len(losses(ddp)) == MORE
