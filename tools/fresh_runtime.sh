@@ -18,7 +18,7 @@ set -euo pipefail
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
 REPO=$(pwd)
-DATA=$(cd .. && pwd)/shared/data/multi30k
+DATA=${MULTI30K_DIR:-$(cd .. && pwd)/shared/data/multi30k}
 # what a Colab-like runtime has before the reader installs anything
 KERNEL_REQS="ipykernel numpy matplotlib pandas pyarrow"
 notebooks=("$@")
@@ -94,14 +94,15 @@ for nb in "${notebooks[@]}"; do
 {"argv": ["$env_dir/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
  "display_name": "fresh $name", "language": "python"}
 JSON
-  cp "$nb" "$run/"
+  # the notebook as Colab opens it: from the repository's main branch, not the working tree
+  git -C "$REPO" show "main:nbs/$name.ipynb" >"$run/$name.ipynb"
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
         JUPYTER_PATH="$tmp/jupyter" AT_QUICK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
         MPLBACKEND=Agg AT_CACHE_DIR="$tmp/cache_$name" \
         GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \
-          --nbval-lax --nbval-kernel-name "$name" "$(basename "$nb")" >"$tmp/$name.log" 2>&1)
+          --nbval-lax --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
   then
     echo "fresh runtime: $name passed ($((SECONDS - t1)) s)"
   else
