@@ -1,0 +1,48 @@
+"""The chapters' install cell (written by tools/nbclean.py): what a reader sees when pip fails.
+
+The cell runs here as a script with two facts changed: the book's version is one no
+installed package has (so it must install), and the source is a folder that does not exist (so
+pip fails at once, offline). It must show pip's own last lines, then stop with the command to
+run, and never go on to the chapter's imports.
+"""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def install_cell(chapter: str) -> str:
+    cells = json.loads((ROOT / "nbs" / chapter).read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    return next(c for c in code if c.startswith("#| hide") and "BOOK_VERSION" in c)
+
+
+def test_every_chapter_has_the_same_install_cell_but_its_extras():
+    cells = {p.name: install_cell(p.name) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
+    assert len(cells) >= 20
+    extras = r"annotated_transformer(\[[a-z,]*\])? @"
+    shapes = {re.sub(extras, "PKG @", c) for c in cells.values()}
+    assert len(shapes) == 1, "install cells differ beyond their extras: run make clean-nbs"
+
+
+def test_a_failed_pip_shows_its_lines_and_stops(tmp_path):
+    cell = install_cell("01_attention.ipynb")
+    missing = tmp_path / "no_such_folder"
+    cell = re.sub(r'BOOK_VERSION = "[^"]+"', 'BOOK_VERSION = "999.0.0"', cell)
+    cell = re.sub(r"SPEC = \(.*?\)\n", f'SPEC = "annotated_transformer @ file://{missing}"\n',
+                  cell, flags=re.S)
+    assert "999.0.0" in cell and str(missing) in cell
+    script = tmp_path / "cell.py"
+    script.write_text(cell + "\nprint('the chapter went on')\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, env={"PATH": "/usr/bin:/bin", "PIP_NO_INDEX": "1"})
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "the chapter went on" not in p.stdout
+    lines = p.stderr.strip().splitlines()
+    assert lines[-1].startswith("pip could not install the book's package")
+    assert f"pip install 'annotated_transformer @ file://{missing}'" in lines[-1]
+    # pip's own words come first: its error names the missing folder
+    assert any(str(missing) in line or "ERROR" in line for line in lines[:-1]), lines
