@@ -23,19 +23,17 @@ from annotated_transformer.hub import (REPOSITORY_URL, SOURCE_REF, DownloadError
                                        download_model, model_url)
 from annotated_transformer.translator import Translator
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared/data/multi30k"
 SENTENCES = ["A dog runs on the beach.", "", "Two men are playing chess in a park.",
              "A girl in a red coat.", "Three people sit on a bench near the water."]
 GREEDY = dict(beam_size=1, max_len_b=8)
-pytestmark = pytest.mark.skipif(not (DATA / "train.en").is_file(),
-                                reason=f"no Multi30k files at {DATA}")
+pytestmark = pytest.mark.multi30k      # the tokenizer trains on its lines (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def translator(tmp_path_factory):
+def translator(tmp_path_factory, multi30k):
     "An untrained tiny model and a tokenizer of 200 pieces, on the CPU."
     tmp = tmp_path_factory.mktemp("tokenizer")
-    lines = (DATA / "train.en").read_text(encoding="utf-8").splitlines()[:400]
+    lines = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()[:400]
     sp = load_tokenizer(train_tokenizer({"train": {"en": lines}}, tmp, 200, langs=("en",),
                                         name="tiny"))
     torch.manual_seed(0)
