@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from . import __version__
+from .utils import PRECISIONS, resolve_precision, warn_if_emulated
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import Translator, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
@@ -175,9 +176,9 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="sentences translated together (default: 64)")
     g.add_argument("--device", type=_device, default=None,
                    help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
-    g.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                   help="bf16: bfloat16 autocast, faster on recent CPUs and GPUs "
-                        "(default: fp32)")
+    g.add_argument("--precision", choices=PRECISIONS[:3], default="auto",
+                   help="auto: bf16 autocast where the device computes bf16 natively, "
+                        "else fp32 (default: auto)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -200,6 +201,9 @@ def _train_parser(sub) -> None:
     t.add_argument("--max-minutes", type=float, default=None,
                    help="set max_minutes: stop at the last checkpoint before that many "
                         "minutes (default: no time limit, only the step budget)")
+    t.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="set train.precision; auto: bf16 where the device computes it "
+                        "natively, else fp32 (default: the recipe's, auto)")
     t.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch")
     t.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -277,6 +281,8 @@ def _train(a) -> int:
         recipe = replace(recipe, train=replace(recipe.train, steps=a.steps))
     if a.max_minutes is not None:
         recipe = replace(recipe, max_minutes=a.max_minutes)
+    if a.precision:
+        recipe = replace(recipe, train=replace(recipe.train, precision=a.precision))
     train_translation(recipe, a.model_dir, a.data, progress=not a.quiet)
     return 0
 
@@ -317,6 +323,20 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     return 0
 
 
+def _precision(asked: str, translator: Translator) -> str:
+    "The concrete precision on the model's device: said once on stderr if chosen."
+    device = next(translator.model.parameters()).device
+    precision, why = resolve_precision(asked, device)
+    if asked == "auto":
+        print(f"{_PROG}: {why}", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warn_if_emulated(precision, device)
+    for w in caught:
+        _warn(str(w.message))
+    return precision
+
+
 def _run(a) -> int:
     if a.command == "export":
         print(export_ctranslate2(a.model_dir, a.output, a.quantization, a.force))
@@ -325,9 +345,9 @@ def _run(a) -> int:
         torch.set_num_threads(a.threads)
     if a.command == "train":
         return _train(a)
-    options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
-                   precision=a.precision)
     translator = Translator.from_pretrained(a.model_dir, a.device)
+    options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
+                   precision=_precision(a.precision, translator))
     run = _translate if a.command == "translate" else _evaluate
     return run(a, translator, options)
 

@@ -7,6 +7,7 @@ __all__ = ['TrainConfig', 'log_metrics', 'read_metrics', 'train', 'train_copy_mo
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -15,10 +16,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+from safetensors import safe_open
 from tqdm import tqdm
 
 from .attention import default_device
-from .checkpoints import (checkpoint_dir, list_checkpoints,
+from .checkpoints import (_from_json, checkpoint_dir,
+                                               list_checkpoints,
                                                load_checkpoint, load_weights,
                                                rng_states, save_checkpoint,
                                                save_weights)
@@ -27,7 +30,8 @@ from .model import (BOS_ID, EOS_ID, Transformer, TransformerConfig,
 from .training import (TokenBatchSampler, _world, copy_task,
                                             evaluate, grad_scaler, make_batch,
                                             make_optimizer, train_step)
-from .utils import check_number
+from .utils import (PRECISIONS, check_number,
+                                         resolve_precision, warn_if_emulated)
 
 # %% ../nbs/06c_trainer.ipynb #eb00e5f8
 @dataclass
@@ -40,7 +44,7 @@ class TrainConfig:
     lr_factor: float = 1.0
     eps_ls: float = 0.1
     clip_norm: float | None = None  # the paper does not clip
-    precision: str = "fp32"         # or "bf16", "fp16" (CUDA)
+    precision: str = "auto"         # bf16 where native, else fp32; or as named
     seed: int = 0
     log_every: int = 100
     eval_every: int = 1000
@@ -58,8 +62,8 @@ class TrainConfig:
         check_number("eps_ls", self.eps_ls, 0, 1)
         if self.clip_norm is not None:
             check_number("clip_norm", self.clip_norm, 0, low_open=True)
-        if self.precision not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"precision must be 'fp32', 'bf16' or 'fp16', "
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
                              f"got {self.precision!r}")
         for name in ("bos_id", "eos_id"):
             check_number(name, getattr(self, name), 0)
@@ -75,13 +79,13 @@ class TrainConfig:
         return replace(cls(**settings), **overrides)
 
 # %% ../nbs/06c_trainer.ipynb #be82072a
-_PRESETS = {
-    "copy": dict(steps=1200, max_tokens=1024, warmup=200, log_every=25,
-                 eval_every=100, save_every=300),
-    "copy_quick": dict(steps=30, max_tokens=256, warmup=200, log_every=5,
-                       eval_every=15, save_every=15),
+_PRESETS = {     # the copy model in fp32: the same weights on every machine (chapter 7)
+    "copy": dict(steps=1200, max_tokens=1024, warmup=200, precision="fp32",
+                 log_every=25, eval_every=100, save_every=300),
+    "copy_quick": dict(steps=30, max_tokens=256, warmup=200, precision="fp32",
+                       log_every=5, eval_every=15, save_every=15),
     "multi30k": dict(steps=12000, max_tokens=2048, warmup=1200, lr_factor=0.627,
-                     eps_ls=0.1, clip_norm=5.0, precision="bf16", log_every=50,
+                     eps_ls=0.1, clip_norm=5.0, precision="auto", log_every=50,
                      eval_every=500, save_every=500, keep_last=20, progress=False),
 }
 
@@ -158,13 +162,42 @@ def _fixed_batches(pairs, c: TrainConfig, pad_id: int) -> list:
             for idx in sampler.batches()]
 
 # %% ../nbs/06c_trainer.ipynb #153dd4e9
+def _saved_precision(checkpoint: Path) -> str | None:
+    "The concrete precision a checkpoint's run computed in (None: not recorded)."
+    try:
+        with safe_open(str(checkpoint / "trainer.safetensors"), framework="pt") as f:
+            items = dict(json.loads((f.metadata() or {})["trainer"])["items"])
+        saved = _from_json(items["state"], {})["config"]["precision"]
+    except Exception:                    # load_checkpoint says what is wrong with it
+        return None
+    return saved if saved in PRECISIONS[1:] else None
+
+
+def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str | None]:
+    """The run's concrete precision, and a line to print when it was not named: a
+    resumed run keeps the one its checkpoints record (exact resume), a new run resolves
+    `c.precision`; bf16 where it is emulated warns."""
+    saved = _saved_precision(found[-1]) if found else None
+    if saved and c.precision == "auto":
+        precision = saved
+        why = f"precision {saved}, kept from the run resumed ({found[-1].name})"
+    else:
+        precision, why = resolve_precision(c.precision, device)
+        why = why if c.precision == "auto" else None
+    if _world()[0] == 0:
+        warn_if_emulated(precision, device, stacklevel=4)
+    return precision, why
+
+
 def _start(model: nn.Module, c: TrainConfig, run_dir: Path | None):
-    "Optimizer, scheduler, scaler and loop state, from `run_dir`'s last checkpoint."
+    """Optimizer, scheduler, scaler and loop state, from `run_dir`'s last checkpoint;
+    the run's precision and why."""
     rank, device = _world()[0], next(model.parameters()).device
     optimizer, scheduler = make_optimizer(model, model.config.d_model, c.warmup,
                                           c.lr_factor)
-    scaler = grad_scaler(device, c.precision)
     found = list_checkpoints(run_dir) if run_dir else []
+    precision, why = _run_precision(c, found, device)
+    scaler = grad_scaler(device, precision)
     if found:
         state = load_checkpoint(found[-1], model, optimizer, scheduler, scaler, rank)
     else:
@@ -173,7 +206,7 @@ def _start(model: nn.Module, c: TrainConfig, run_dir: Path | None):
     if run_dir and rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / "metrics.jsonl", state["step"])   # to be redone
-    return optimizer, scheduler, scaler, state
+    return optimizer, scheduler, scaler, state, precision, why
 
 
 def _save(run_dir: Path, model, optimizer, scheduler, scaler, state: dict,
@@ -206,7 +239,8 @@ def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
     """Train on `(src_ids, tgt_ids)` pairs for `config.steps` updates; returns the
     metrics. With `run_dir`: log, checkpoint and resume there, calling
     `on_checkpoint(step, path)` after each checkpoint (`True`: stop). Under
-    torch.distributed (`init_distributed`) the model is wrapped in DDP."""
+    torch.distributed (`init_distributed`) the model is wrapped in DDP. The precision
+    is resolved once, at the start ("auto": chapter 0), or kept from the run resumed."""
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one pair, got none")
     if on_checkpoint is not None and run_dir is None:
@@ -216,7 +250,10 @@ def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
     device, pad_id = next(model.parameters()).device, model.config.pad_id
     run_dir = Path(run_dir) if run_dir else None
     log = run_dir / "metrics.jsonl" if run_dir and rank == 0 else None
-    optimizer, scheduler, scaler, state = _start(model, c, run_dir)
+    optimizer, scheduler, scaler, state, precision, why = _start(model, c, run_dir)
+    c = replace(c, precision=precision)      # concrete: checkpoints record it
+    if why and c.progress and rank == 0:
+        tqdm.write(why, file=sys.stderr)
     lengths = [(len(s), len(t) + 1) for s, t in train_pairs]     # +1: <BOS> or <EOS>
     stream = _batch_stream(TokenBatchSampler(lengths, c.max_tokens, seed=c.seed),
                            state["epoch"], state["index"])

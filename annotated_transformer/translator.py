@@ -16,7 +16,8 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .utils import eval_mode, optional_import
+from .utils import (eval_mode, optional_import,
+                                         resolve_precision, warn_if_emulated)
 from .attention import default_device
 from .model import BOS_ID, EOS_ID, PAD_ID, Transformer, make_model
 from .training import precision_context
@@ -149,14 +150,25 @@ class Translator:
         translator.directory = meta["directory"]
         return translator
 
+    def _precision(self, asked: str, device, progress: bool) -> str:
+        "The concrete precision: said once (with `progress`); emulated bf16 warns."
+        precision, why = resolve_precision(asked, device)
+        said = self.__dict__.setdefault("_precisions_said", set())
+        if progress and asked == "auto" and str(device) not in said:
+            said.add(str(device))
+            tqdm.write(why, file=sys.stderr)
+        warn_if_emulated(precision, device, stacklevel=4)   # once per device
+        return precision
+
     @torch.no_grad()
     def translate(self, sentences, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = 64, device=None,
-                  precision: str = "fp32", max_len_b: int = MAX_LEN_B,
+                  precision: str = "auto", max_len_b: int = MAX_LEN_B,
                   progress: bool = False) -> list[str]:
         """Translate a list of strings (or one string) by beam search (§6.1), in
-        batches of `batch_size` sentences sorted by length; `progress`: a bar on
-        stderr."""
+        batches of `batch_size` sentences sorted by length; `precision`: "auto" (bf16
+        where `device` computes it natively, else fp32), "fp32" or "bf16";
+        `progress`: a bar on stderr."""
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, alpha, batch_size, device,
                                   precision, max_len_b)[0]
@@ -165,6 +177,7 @@ class Translator:
                              f"{beam_size} and {batch_size}")
         model = self.model
         device = torch.device(device) if device else next(model.parameters()).device
+        precision = self._precision(precision, device, progress)
         ids = _encode(self.sp, sentences, model.config.max_len, max_len_b)
         order = sorted((i for i in range(len(ids)) if ids[i]),
                        key=lambda i: len(ids[i]))

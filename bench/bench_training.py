@@ -6,7 +6,10 @@ and dropout draws, and the same loss, optimizer and `train_step` (chapter 6). On
 (implementation, precision) is trained, and their steps are interleaved in one process, in
 an order that rotates every step, so that any drift of the machine's speed affects all
 alike. Score: target tokens per second (median over the measured steps), for fp32 and for
-bf16 autocast. Not a test: the numbers depend on the machine.
+bf16 autocast. By default bf16 is measured only where the device computes it natively
+(chapter 0's rule, the one `precision="auto"` follows); where it is emulated it is skipped,
+with a line saying so and the slowdown of one matrix product, unless named in --precisions.
+Not a test: the numbers depend on the machine.
 
     python bench/bench_training.py                 # both configs, a few minutes on a CPU
     python bench/bench_training.py --configs small --steps 10 --threads 1
@@ -23,6 +26,7 @@ from torch import nn
 from annotated_transformer.attention import default_device
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.training import make_batch, make_optimizer, train_step
+from annotated_transformer.utils import bf16_slowdown, native_bf16, resolve_precision
 
 CONFIGS = {  # name: (n_layers, d_model, d_ff, n_heads, max_tokens per side, measured steps)
     "small": (3, 256, 1024, 4, 2048, 12),
@@ -132,7 +136,8 @@ def bench(name, vocab, precisions, warmup_steps, steps, device):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="small,base")
-    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--precisions", default=None,
+                   help="comma-separated (default: fp32, and bf16 where it is native)")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--steps", type=int, default=0, help="measured steps (default: per config)")
@@ -145,7 +150,15 @@ def main():
     device = default_device()
     print(f"device {device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"vocab {a.vocab}")
-    precisions = a.precisions.split(",")
+    if a.precisions:
+        precisions = a.precisions.split(",")
+    elif native_bf16(device):
+        precisions = ["fp32", "bf16"]
+    else:
+        precisions = ["fp32"]
+        print(f"bf16 skipped: {resolve_precision('auto', device)[1]}; a 256x256 "
+              f"product takes {bf16_slowdown(device):.1f}x as long in bf16 here "
+              "(--precisions fp32,bf16 to measure it anyway)")
     results = {}
     for name in a.configs.split(","):
         t0 = time.perf_counter()

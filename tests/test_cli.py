@@ -277,7 +277,9 @@ def test_evaluate_json(model_dir, multi30k, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)
     assert result["lines"] == 4 and result["seconds"] >= 0
     assert result["beam_size"] == 2 and result["alpha"] == 0.6
-    assert result["precision"] == "fp32" and result["device"].startswith(("cpu", "cuda"))
+    from annotated_transformer.utils import resolve_precision        # auto, resolved
+    assert result["precision"] == resolve_precision("auto", result["device"])[0]
+    assert result["device"].startswith(("cpu", "cuda"))
 
 
 def test_missing_extra_is_one_line(model_dir, tmp_path, capsys, monkeypatch):
@@ -287,4 +289,5 @@ def test_missing_extra_is_one_line(model_dir, tmp_path, capsys, monkeypatch):
     assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
                  "--reference", str(src), "--beam-size", "1"]) == 1
     err = capsys.readouterr().err
+    err = "".join(x for x in err.splitlines(True) if "precision auto ->" not in x)
     assert err.count("\n") == 1 and 'pip install "annotated_transformer[data]"' in err

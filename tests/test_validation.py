@@ -221,7 +221,8 @@ def test_training_arguments(call, message):
     ("lr_factor", 0, "lr_factor must be greater than 0, got 0"),
     ("eps_ls", 1.0, "eps_ls must lie in [0, 1), got 1.0"),
     ("clip_norm", -1.0, "clip_norm must be greater than 0, got -1.0"),
-    ("precision", "fp8", "precision must be 'fp32', 'bf16' or 'fp16', got 'fp8'"),
+    ("precision", "fp8",
+     "precision must be 'auto', 'fp32', 'bf16' or 'fp16', got 'fp8'"),
     ("bos_id", -1, "bos_id must be at least 0, got -1"),
     ("max_tokens", True, "max_tokens must be at least 1, got True"),
 ])
