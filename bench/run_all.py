@@ -53,7 +53,7 @@ def run(path: Path, limit: float) -> dict:
         except subprocess.TimeoutExpired:
             status, tail = "over the limit", []
         seconds = time.perf_counter() - t0
-    if status == "failed" and any("Timeout" in line for line in tail):
+    if (status == "failed" and any("Timeout" in line for line in tail)) or seconds > limit:
         status = "over the limit"
     return {"seconds": round(seconds, 1), "status": status, "tail": tail}
 

@@ -72,7 +72,11 @@ def test_translate_keeps_one_line_per_input(model_dir, tmp_path, capsysbinary):
     lines = out.read_text(encoding="utf-8").split("\n")
     assert len(lines) == 7 and lines[-1] == ""                    # 6 lines, each ended
     assert lines[1] == "" and lines[4] == ""                      # empty and blank lines
-    assert all(lines[i] for i in (0, 2, 3, 5))
+    # a 20-step model may well answer "" (end of sentence first): compare with the library
+    from annotated_transformer.translator import Translator
+    library = Translator.from_pretrained(model_dir, device="cpu").translate(
+        ["A dog runs on the beach.", "A girl."], beam_size=2, precision="fp32")
+    assert [lines[0], lines[5]] == library
     err = capsysbinary.readouterr().err.decode()
     assert "line 3: not valid UTF-8" in err
     assert "line 4:" in err and "truncated" in err
