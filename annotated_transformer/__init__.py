@@ -11,8 +11,7 @@ __all__ = ['default_device', 'padding_mask', 'subsequent_mask', 'MultiHeadAttent
            'beam_search', 'greedy_decode', 'length_penalty', 'decode_ids', 'encode_text', 'load_multi30k',
            'load_tokenizer', 'to_pairs', 'train_tokenizer', 'DownloadError', 'download_model', 'Translator',
            'attention_maps', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'CT2Translator',
-           'export_ctranslate2', 'LocalSelfAttention', 'restricted_attention', 'attention_modules', 'head_gradients',
-           'head_mask', 'fit_power_law', 'run_variant', 'eval_mode']
+           'export_ctranslate2', 'eval_mode']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
@@ -43,9 +42,6 @@ from .hub import DownloadError, download_model
 from .translator import Translator, attention_maps, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
 from .export import CT2Translator, export_ctranslate2
-from .complexity import LocalSelfAttention, restricted_attention
-from .analysis import attention_modules, head_gradients, head_mask
-from .ablations import fit_power_law, run_variant
 from .utils import eval_mode
 from . import cli  # noqa: F401 (reachable; its names stay in it)
 
@@ -64,6 +60,4 @@ _all_ = ["default_device", "padding_mask", "subsequent_mask", "MultiHeadAttentio
          "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
          "train_tokenizer", "DownloadError", "download_model", "Translator",
          "attention_maps", "corpus_bleu", "TranslationRecipe", "train_translation",
-         "CT2Translator", "export_ctranslate2", "LocalSelfAttention",
-         "restricted_attention", "attention_modules", "head_gradients", "head_mask",
-         "fit_power_law", "run_variant", "eval_mode"]
+         "CT2Translator", "export_ctranslate2", "eval_mode"]

@@ -3,7 +3,7 @@
 Every variant changes one thing of a small base model and trains for the same number
 of updates with the trainer of chapter 6c (`train`). The list of variants
 (`sweep_variants`) and the run function (`run_variant`) are the chapter's own, exported
-to annotated_transformer.ablations: the book shows the code that made its numbers, and
+to annotated_transformer.lab.ablations: the book shows the code that made its numbers, and
 re-runs a miniature of each experiment with it. Results go to one JSON file after each
 run; runs already there are skipped, so the sweep resumes.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.ablations import ablation_data, run_variant, sweep_variants
+from annotated_transformer.lab.ablations import ablation_data, run_variant, sweep_variants
 from annotated_transformer.utils import hardware
 
 

@@ -1,8 +1,8 @@
 """Chapter 11's head mask and probes on a small untrained model (seconds, no data)."""
 import torch
 
-from annotated_transformer.analysis import (KINDS, attention_modules, control_labels,
-                                            head_gradients, head_mask, monotonicity)
+from annotated_transformer.lab.analysis import (KINDS, attention_modules, control_labels,
+                                                head_gradients, head_mask, monotonicity)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.training import make_batch
 

@@ -1,12 +1,12 @@
-"""Tests of annotated_transformer.complexity (chapter 10) beyond the chapter's own checks."""
+"""Tests of annotated_transformer.lab.complexity (chapter 10) beyond the chapter's own checks."""
 import pytest
 import torch
 
 from annotated_transformer.attention import attention
-from annotated_transformer.complexity import (ConvLayer, LocalSelfAttention,
-                                              RecurrentLayer, SelfAttentionLayer,
-                                              fit_exponent, graph_depth,
-                                              restricted_attention, saved_bytes)
+from annotated_transformer.lab.complexity import (ConvLayer, LocalSelfAttention,
+                                                  RecurrentLayer, SelfAttentionLayer,
+                                                  fit_exponent, graph_depth,
+                                                  restricted_attention, saved_bytes)
 
 
 def band(n: int, r: int) -> torch.Tensor:
