@@ -54,9 +54,10 @@ if _have is None or _have < _parts(BOOK_VERSION):
     _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", SPEC],
                           capture_output=True, text=True)
     if _pip.returncode:                    # pip's own words first, then what to do
-        print(*(_pip.stdout + _pip.stderr).splitlines()[-12:], sep="\\n", file=sys.stderr)
-        raise SystemExit(f"pip could not install the book's package (its last lines are "
-                         f"above). Run  pip install \'{{SPEC}}\'  and restart the kernel.")
+        _said = (_pip.stdout + _pip.stderr).splitlines()[-12:]
+        print(*_said, sep="\\n", file=sys.stderr)
+        raise SystemExit(f"pip could not install the book's package (its last lines "
+                         f"are above). Run  pip install \'{{SPEC}}\'  and restart.")
     importlib.invalidate_caches()'''
 
 
