@@ -27,13 +27,13 @@ threads, n_bulk, n_alone = (int(x) for x in sys.argv[2:5])
 torch.set_num_threads(threads)
 t = Translator.from_pretrained(sys.argv[5], device="cpu")
 src = open(sys.argv[6]).read().splitlines()
-t.translate(src[:4], beam_size=4)
-t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4)
+t.translate(src[:4], beam_size=4, precision="fp32")
+t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision="fp32")
 out = {"bulk_s": time.perf_counter() - t0, "bulk": bulk}
 for k in (1, 4):
     times = []
     for s in src[:n_alone]:
-        t0 = time.perf_counter(); t.translate([s], beam_size=k)
+        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision="fp32")
         times.append(time.perf_counter() - t0)
     out[f"alone_{k}_ms"] = 1e3 * median(times)
 print(json.dumps(out))

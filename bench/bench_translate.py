@@ -72,7 +72,7 @@ def main(argv=None) -> None:
     ct2_int8 = CT2Translator(export_ctranslate2(ours, tmp / "int8", "int8"), "int8",
                              a.threads)
     engines = {
-        "ours fp32": lambda s, k: ours.translate(s, beam_size=k),
+        "ours fp32": lambda s, k: ours.translate(s, beam_size=k, precision="fp32"),
         "ours bf16": lambda s, k: ours.translate(s, beam_size=k, precision="bf16"),
         "CTranslate2 fp32": lambda s, k: ct2_fp32.translate(s, beam_size=k),
         "CTranslate2 int8": lambda s, k: ct2_int8.translate(s, beam_size=k)}

@@ -125,7 +125,7 @@ def main():
 
     src, ref = read(a.data / "test_2016_flickr.en"), read(a.data / "test_2016_flickr.de")
     t0 = time.perf_counter()
-    hyps = shipped.translate(src, beam_size=4, alpha=0.6, batch_size=64)
+    hyps = shipped.translate(src, beam_size=4, alpha=0.6, batch_size=64, precision="fp32")
     seconds = time.perf_counter() - t0
     score, signature = corpus_bleu(hyps, ref)
     print(score, signature, sep="\n")

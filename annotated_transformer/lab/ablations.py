@@ -200,7 +200,8 @@ def length_split_scores(model: nn.Module, valid, cap: int, c: TrainConfig) -> di
 def val_bleu(model: nn.Module, data: dict, n: int | None = 200) -> dict:
     "sacreBLEU of beam-4 translations (§6.1) of the first `n` validation sentences."
     cpu, wall = time.process_time(), time.perf_counter()
-    hyps = Translator(model, data["sp"]).translate(data["val_src"][:n], batch_size=100)
+    hyps = Translator(model, data["sp"]).translate(data["val_src"][:n], batch_size=100,
+                                                   precision="fp32")
     bleu = corpus_bleu(hyps, data["val_ref"][:n])[0].score
     return {"val_bleu": bleu, "bleu_sentences": len(hyps),
             "bleu_cpu_s": time.process_time() - cpu,
@@ -221,7 +222,9 @@ def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
                 points: int = 20) -> dict:
     """Train one variant `{"model": {...}, "train": {...}, "d_k", "cap", "bleu"}`
     with `train` (chapter 6c) into `run_dir`; returns its scores, sizes and times."""
-    model_cfg, train_cfg = TransformerConfig(**v["model"]), TrainConfig(**v["train"])
+    # float32 on every machine: the stored sweep was trained in it ("auto" would not be)
+    model_cfg = TransformerConfig(**v["model"])
+    train_cfg = TrainConfig(**{"precision": "fp32", **v["train"]})
     V = data["sp"].get_piece_size()
     torch.manual_seed(train_cfg.seed)
     model = make_model(V, V, model_cfg)
