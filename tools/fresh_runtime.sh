@@ -81,10 +81,14 @@ cat >"$tmp/pytest.ini" <<'INI'
 addopts = -p no:cacheprovider
 INI
 
+# Chapters run as a reader runs them, with no quick mode, except these, whose full runs take
+# minutes (bench/run_all.py times them; the introduction's table): they shrink their sizes.
+SHRUNK=" 06c_trainer 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
 failed=()
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   t1=$SECONDS
+  quick=""; [[ "$SHRUNK" == *" $name "* ]] && quick=1
   env_dir=$tmp/venv_$name run=$tmp/run_$name
   "$KERNEL_PYTHON" -m venv "$env_dir"
   site=$("$env_dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -97,14 +101,15 @@ JSON
   # the notebook as Colab opens it: from the repository's main branch, not the working tree
   git -C "$REPO" show "main:nbs/$name.ipynb" >"$run/$name.ipynb"
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
-        JUPYTER_PATH="$tmp/jupyter" AT_QUICK=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+        JUPYTER_PATH="$tmp/jupyter" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
+        ${quick:+AT_QUICK=1} \
         MPLBACKEND=Agg AT_CACHE_DIR="$tmp/cache_$name" \
         GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \
           --nbval-lax --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
   then
-    echo "fresh runtime: $name passed ($((SECONDS - t1)) s)"
+    echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk})"
   else
     cat "$tmp/$name.log"
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"
