@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', 'checkpoint_dir', 'checkpoint_step',
-           'list_checkpoints', 'rng_states', 'save_checkpoint', 'load_checkpoint', 'average_checkpoints']
+           'list_checkpoints', 'state_from_json', 'rng_states', 'save_checkpoint', 'load_checkpoint',
+           'average_checkpoints']
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
 import json
@@ -18,7 +19,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from .training import _world
+from .training import rank_and_world
 from .utils import check_number
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c008
@@ -125,13 +126,13 @@ def _to_json(obj, tensors: dict, name: str = "t"):
     return obj
 
 
-def _from_json(obj, tensors: dict):
+def state_from_json(obj, tensors: dict):
     if isinstance(obj, dict):
         if "tensor" in obj:
             return tensors[obj["tensor"]]
-        return {k: _from_json(v, tensors) for k, v in obj["items"]}
+        return {k: state_from_json(v, tensors) for k, v in obj["items"]}
     if isinstance(obj, list):
-        return [_from_json(v, tensors) for v in obj]
+        return [state_from_json(v, tensors) for v in obj]
     return obj
 
 
@@ -144,7 +145,7 @@ def _rng_state() -> dict:
 
 def rng_states() -> list[dict]:
     "The generator states of every process, in rank order (a collective under DDP)."
-    world = _world()[1]
+    world = rank_and_world()[1]
     if world == 1:
         return [_rng_state()]
     states = [None] * world
@@ -189,7 +190,7 @@ def load_checkpoint(path, model: nn.Module, optimizer=None, scheduler=None, scal
     file = path / "trainer.safetensors"
     tensors, meta = _read_safetensors(file)
     try:
-        trainer = _from_json(json.loads(meta["trainer"]), tensors)
+        trainer = state_from_json(json.loads(meta["trainer"]), tensors)
     except (KeyError, ValueError, TypeError) as e:
         raise CheckpointError(f"{file}: no readable trainer state ({e!r})") from None
     parts = [(optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")]

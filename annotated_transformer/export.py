@@ -16,7 +16,7 @@ from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .hub import CONFIG_FILE, TOKENIZER_FILE
-from .translator import Translator, _encode
+from .translator import Translator, encode_sources
 
 # %% ../nbs/09d_export.ipynb #735cdf41
 def _array(t: torch.Tensor):
@@ -142,7 +142,8 @@ class CT2Translator:
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, alpha, batch_size,
                                   max_len_b)[0]
-        ids = _encode(self.sp, sentences, self.config["model"]["max_len"], max_len_b)
+        ids = encode_sources(self.sp, sentences, self.config["model"]["max_len"],
+                             max_len_b)
         todo = [i for i, row in enumerate(ids) if row]
         pieces = [[self.sp.id_to_piece(t) for t in ids[i]] for i in todo]
         limit = max((len(p) for p in pieces), default=0) + max_len_b

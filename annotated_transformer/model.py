@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from .attention import padding_mask, subsequent_mask
 from .embeddings import (Embeddings, LearnedPositionalEncoding,
                                               PositionalEncoding)
-from .layers import _ACTIVATIONS, DecoderLayer, EncoderLayer
+from .layers import ACTIVATIONS, DecoderLayer, EncoderLayer
 from .utils import check_number
 
 # %% ../nbs/05_model.ipynb #9825cf8b
@@ -60,8 +60,8 @@ class TransformerConfig:
             check_number(name, getattr(self, name), 1)
         for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
             check_number(name, getattr(self, name), 0, 1)
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, "
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, "
                              f"got {self.activation!r}")
 
     @classmethod

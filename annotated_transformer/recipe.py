@@ -19,7 +19,7 @@ from .attention import default_device
 from .model import TransformerConfig, make_model
 from .checkpoints import (average_checkpoints, checkpoint_step,
                                                list_checkpoints, load_weights)
-from .training import _world
+from .training import rank_and_world
 from .trainer import (TrainConfig, init_distributed, log_metrics,
                                            read_metrics, train)
 from .data import (load_multi30k, load_tokenizer, to_pairs,
@@ -71,7 +71,7 @@ def _barrier() -> None:
 
 
 def _say(progress: bool, *parts) -> None:
-    if progress and _world()[0] == 0:       # tqdm.write: above the progress bar, if any
+    if progress and rank_and_world()[0] == 0:    # tqdm.write: above the progress bar
         tqdm.write(" ".join(str(p) for p in parts), file=sys.stderr)
 
 
@@ -147,7 +147,7 @@ class _OnCheckpoint:
         self.t0, self.last, self.progress = t0, time.perf_counter(), progress
 
     def __call__(self, step: int, path: Path) -> bool:
-        if _world()[0] != 0:
+        if rank_and_world()[0] != 0:
             return False
         r, (src, ref) = self.r, self.val
         record = {"step": step}
@@ -180,7 +180,7 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
     if saved.exists():
         _check_resume(saved, r, list_checkpoints(model_dir / "checkpoints"))
     _barrier()                                # every rank has read it before it changes
-    if _world()[0] == 0:
+    if rank_and_world()[0] == 0:
         saved.write_text(json.dumps(r.to_dict(), indent=1) + "\n")
     return r, why
 
@@ -190,7 +190,7 @@ def _prepare(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     langs = (r.src_lang, r.tgt_lang)
     ds = load_multi30k(data, langs=langs)
     sp_path = model_dir / TOKENIZER_FILE
-    if _world()[0] == 0 and not sp_path.exists():
+    if rank_and_world()[0] == 0 and not sp_path.exists():
         train_tokenizer(ds["train"], model_dir, r.vocab_size, langs, name="tokenizer")
     _barrier()
     sp = load_tokenizer(sp_path)
@@ -212,7 +212,7 @@ def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: 
     total, step = (time.perf_counter() - t0) / 60, checkpoint_step(done[-1])
     log_metrics(run_dir / "metrics.jsonl", {"step": step, "selection": results,
                                             "selected": best, "wall": total * 60})
-    world = _world()[1]
+    world = rank_and_world()[1]
     translator.notes = {
         "steps": step, "checkpoints_averaged": best,
         "val_bleu_greedy": round(results[best], 2),
@@ -257,7 +257,7 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
             hook = _OnCheckpoint(r, translator, val, log, t0, progress)
             train(translator.model, train_pairs, replace(r.train, progress=progress),
                   valid_pairs, run_dir, on_checkpoint=hook)
-        if _world()[0] == 0:
+        if rank_and_world()[0] == 0:
             _finish(translator, r, model_dir, val, t0,
                     (time.perf_counter() - t0) / 60, progress, why)
         _barrier()

@@ -2,7 +2,7 @@
 
 # %% auto #0
 __all__ = ['Batch', 'make_batch', 'TokenBatchSampler', 'smoothed_targets', 'label_smoothing_loss', 'lrate', 'make_optimizer',
-           'precision_context', 'grad_scaler', 'train_step', 'evaluate', 'copy_task']
+           'precision_context', 'grad_scaler', 'rank_and_world', 'train_step', 'evaluate', 'copy_task']
 
 # %% ../nbs/06_training.ipynb #471e2476
 import math
@@ -182,7 +182,7 @@ def grad_scaler(device, precision: str = "fp32") -> torch.amp.GradScaler:
     return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")
 
 # %% ../nbs/06_training.ipynb #baf335ed
-def _world() -> tuple[int, int]:
+def rank_and_world() -> tuple[int, int]:
     "(rank, world size); (0, 1) outside torch.distributed."
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -190,7 +190,7 @@ def _world() -> tuple[int, int]:
 
 
 def _sum_over_ranks(x: float, device) -> float:
-    if _world()[1] == 1:
+    if rank_and_world()[1] == 1:
         return float(x)
     t = torch.tensor(float(x), dtype=torch.float64, device=device)
     dist.all_reduce(t)
@@ -208,7 +208,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler,
         check_number("clip_norm", clip_norm, 0, low_open=True)
     device = next(model.parameters()).device
     scaler = scaler or grad_scaler(device, precision)
-    world = _world()[1]
+    world = rank_and_world()[1]
     n_tokens = _sum_over_ranks(sum(b.n_tgt_tokens for b in batches), device)
     total = 0.0
     for i, b in enumerate(batches):

@@ -18,7 +18,7 @@ from ..utils import eval_mode
 from ..multihead import MultiHeadAttention
 from ..model import TransformerConfig, make_model
 from ..training import TokenBatchSampler, evaluate
-from ..trainer import (TrainConfig, _fixed_batches, read_metrics,
+from ..trainer import (TrainConfig, fixed_batches, read_metrics,
                                            train)
 from ..data import (load_multi30k, load_tokenizer, to_pairs,
                                         train_tokenizer)
@@ -173,7 +173,7 @@ def nll_by_position(model: nn.Module, pairs, c: TrainConfig) -> list[float]:
     "Mean NLL of the target token at each position 0, 1, ... over `pairs`."
     pad, total, count = model.config.pad_id, torch.zeros(0), torch.zeros(0)
     with eval_mode(model):
-        for b in _fixed_batches(pairs, c, pad):
+        for b in fixed_batches(pairs, c, pad):
             logp = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
             nll = -logp.gather(-1, b.tgt_out.unsqueeze(-1)).squeeze(-1)
             keep = (b.tgt_out != pad).float()
@@ -190,7 +190,7 @@ def length_split_scores(model: nn.Module, valid, cap: int, c: TrainConfig) -> di
     short = [p for p in valid if fits(p, cap)]
     long = [p for p in valid if not fits(p, cap) and fits(p, model.config.max_len)]
     pad = model.config.pad_id
-    score = lambda ps: evaluate(model, _fixed_batches(ps, c, pad), c.eps_ls, pad)["nll"]
+    score = lambda ps: evaluate(model, fixed_batches(ps, c, pad), c.eps_ls, pad)["nll"]
     return {"cap": cap, "short_pairs": len(short), "long_pairs": len(long),
             "short_nll": score(short), "long_nll": score(long),
             "long_nll_by_position": [round(x, 4)
