@@ -26,14 +26,13 @@ def main():
             if not path.startswith(prefix) or not ref or not file or ".." in file.split("/"):
                 return self.send_error(404)
             # the ref must be a branch or a tag by name, as on the real host
-            resolved = subprocess.run(
-                ["git", "--git-dir", git_dir, "rev-parse", "--verify", "--quiet",
-                 f"refs/heads/{ref}^{{commit}}"], capture_output=True)
-            if resolved.returncode:
+            for kind in ("heads", "tags"):
                 resolved = subprocess.run(
                     ["git", "--git-dir", git_dir, "rev-parse", "--verify", "--quiet",
-                     f"refs/tags/{ref}^{{commit}}"], capture_output=True)
-            if resolved.returncode:
+                     f"refs/{kind}/{ref}^{{commit}}"], capture_output=True)
+                if resolved.returncode == 0:
+                    break
+            else:
                 return self.send_error(404, f"no ref {ref}")
             commit = resolved.stdout.decode().strip()
             blob = subprocess.run(["git", "--git-dir", git_dir, "show", f"{commit}:{file}"],
