@@ -2,8 +2,7 @@
 
 # %% auto #0
 __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', 'checkpoint_dir', 'checkpoint_step',
-           'list_checkpoints', 'state_from_json', 'rng_states', 'save_checkpoint', 'load_checkpoint',
-           'average_checkpoints']
+           'list_checkpoints', 'state_from_json', 'save_checkpoint', 'load_checkpoint', 'average_checkpoints']
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
 import json
@@ -14,12 +13,12 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from .training import rank_and_world
+from .formats import TRAINER_FILE, WEIGHTS_FILE
+from .distributed import rng_state, set_rng_state
 from .utils import check_number
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c008
@@ -135,38 +134,21 @@ def state_from_json(obj, tensors: dict):
         return [state_from_json(v, tensors) for v in obj]
     return obj
 
-
-def _rng_state() -> dict:
-    state = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def rng_states() -> list[dict]:
-    "The generator states of every process, in rank order (a collective under DDP)."
-    world = rank_and_world()[1]
-    if world == 1:
-        return [_rng_state()]
-    states = [None] * world
-    dist.all_gather_object(states, _rng_state())
-    return states
-
 # %% ../nbs/06b_checkpoints.ipynb #1cd81c73
 def save_checkpoint(path, model: nn.Module, optimizer, scheduler=None, scaler=None,
                     state: dict | None = None, rng: list[dict] | None = None) -> Path:
-    "Write a checkpoint directory atomically: model.safetensors + trainer.safetensors."
+    "Write a checkpoint directory atomically: WEIGHTS_FILE and TRAINER_FILE (page 0a)."
     path = Path(path)
     tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    save_weights(tmp / "model.safetensors", model)
+    save_weights(tmp / WEIGHTS_FILE, model)
     tensors = {}
     trainer = _to_json({"optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict() if scheduler else None,
                         "scaler": scaler.state_dict() if scaler else None,
-                        "rng": rng or [_rng_state()], "state": state or {}}, tensors)
-    save_file(tensors, str(tmp / "trainer.safetensors"),
+                        "rng": rng or [rng_state()], "state": state or {}}, tensors)
+    save_file(tensors, str(tmp / TRAINER_FILE),
               metadata={"trainer": json.dumps(trainer)})
     if path.exists():                  # re-saving a step: swap, then delete the old one
         shutil.rmtree(old, ignore_errors=True)
@@ -176,18 +158,12 @@ def save_checkpoint(path, model: nn.Module, optimizer, scheduler=None, scaler=No
     return path
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c025
-def _set_rng_state(rng: dict) -> None:
-    torch.set_rng_state(rng["cpu"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state(rng["cuda"])
-
-
 def load_checkpoint(path, model: nn.Module, optimizer=None, scheduler=None, scaler=None,
                     rank: int = 0) -> dict:
     "Restore what `save_checkpoint` wrote, and this rank's RNG; returns `state`."
     path = Path(path)
-    load_weights(model, path / "model.safetensors")
-    file = path / "trainer.safetensors"
+    load_weights(model, path / WEIGHTS_FILE)
+    file = path / TRAINER_FILE
     tensors, meta = _read_safetensors(file)
     try:
         trainer = state_from_json(json.loads(meta["trainer"]), tensors)
@@ -202,7 +178,7 @@ def load_checkpoint(path, model: nn.Module, optimizer=None, scheduler=None, scal
                 raise CheckpointError(f"{file}: {key} state does not fit ({e})") \
                     from None
     if rank < len(trainer["rng"]):
-        _set_rng_state(trainer["rng"][rank])
+        set_rng_state(trainer["rng"][rank])
     return trainer["state"]
 
 # %% ../nbs/06b_checkpoints.ipynb #bc012104
@@ -211,7 +187,7 @@ def average_checkpoints(paths) -> dict[str, Tensor]:
     if isinstance(paths, (str, Path)):
         raise ValueError(f"paths must be a list of checkpoints, got the single path "
                          f"{str(paths)!r}; pass [{str(paths)!r}] to average one")
-    files = [Path(p) / "model.safetensors" if Path(p).is_dir() else Path(p)
+    files = [Path(p) / WEIGHTS_FILE if Path(p).is_dir() else Path(p)
              for p in paths]
     if not files:
         raise ValueError("paths must name at least one checkpoint, got none")

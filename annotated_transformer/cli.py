@@ -16,13 +16,15 @@ import warnings
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
+import importlib.metadata
 
-from . import __version__
-from .utils import PRECISIONS, resolve_precision, warn_if_emulated
+import torch
+
+from .utils import (PRECISIONS, available_devices,
+                                         resolve_precision, warn_if_emulated)
+from .distributed import teardown
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
-from .translator import Translator, corpus_bleu
+from .translator import BATCH_SIZE, Translator, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
 from .export import export_ctranslate2
 
@@ -71,7 +73,7 @@ def _stream_fd(path):
     return None if regular else fd
 
 
-def line_batches(path=None, batch_size: int = 64):
+def line_batches(path=None, batch_size: int = BATCH_SIZE):
     """`(number of the first line, lines)` of `path` (`None` or `"-"`: standard input)
     in batches. A regular file is one batch. From a pipe or a terminal a batch is
     handed on as soon as it has `batch_size` lines or no more input is waiting, so a
@@ -126,19 +128,6 @@ def translate_lines(translator: Translator, lines: list[str], first: int = 1,
     return out
 
 # %% ../nbs/09e_cli.ipynb #873f78c0
-def _devices() -> list[str]:
-    "The devices this machine has: cpu, cuda:0 ... (and xpu:0 ...), mps."
-    names = ["cpu"]
-    for kind in ("cuda", "xpu"):
-        try:
-            names += [f"{kind}:{i}" for i in range(getattr(torch, kind).device_count())]
-        except (AttributeError, RuntimeError):
-            pass                                  # a PyTorch built without it
-    if torch.backends.mps.is_available():
-        names.append("mps")
-    return names
-
-
 def _device(name: str) -> torch.device:
     "A device named on the command line that exists here (torch would assert later)."
     try:
@@ -147,9 +136,9 @@ def _device(name: str) -> torch.device:
                else f"{device.type}:{device.index or 0}")
     except RuntimeError:
         key = None
-    if key not in _devices():
+    if key not in available_devices():
         raise argparse.ArgumentTypeError(f"no device {name!r} on this machine; it has "
-                                         f"{', '.join(_devices())}")
+                                         f"{', '.join(available_devices())}")
     return device
 
 
@@ -172,8 +161,8 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--alpha", type=float, default=LENGTH_ALPHA,
                    help=f"length penalty exponent α (default: {LENGTH_ALPHA}, the "
                         "paper's)")
-    g.add_argument("--batch-size", type=_positive, default=64,
-                   help="sentences translated together (default: 64)")
+    g.add_argument("--batch-size", type=_positive, default=BATCH_SIZE,
+                   help=f"sentences translated together (default: {BATCH_SIZE})")
     g.add_argument("--device", type=_device, default=None,
                    help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
     g.add_argument("--precision", choices=PRECISIONS[:3], default="auto",
@@ -254,7 +243,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=_PROG, description="Train, run and evaluate the Transformer translation "
         "model of 'Attention Is All You Need' (annotated_transformer, chapter 9).")
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    version = importlib.metadata.version("annotated_transformer")   # as installed
+    p.add_argument("--version", action="version", version=f"%(prog)s {version}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_train_parser, _translate_parser, _evaluate_parser, _export_parser):
         add(sub)
@@ -373,5 +363,4 @@ def main(argv=None) -> int:
         print(f"{_PROG}: interrupted", file=sys.stderr)
         return 130
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        teardown()

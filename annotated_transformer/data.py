@@ -12,7 +12,8 @@ import unicodedata
 import warnings
 from pathlib import Path
 
-from .model import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from .formats import (BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES,
+                                           UNK_ID)
 from .utils import optional_import
 
 # %% ../nbs/08_data.ipynb #d747c9d4
@@ -159,8 +160,9 @@ def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
     if isinstance(train, dict) and "train" in train:  # a DatasetDict: train split only
         train = train["train"]
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) \
-            or vocab_size < 5:
-        raise ValueError(f"vocab_size must be an integer of at least 5 (4 special "
+            or vocab_size <= len(SPECIAL_PIECES):
+        raise ValueError(f"vocab_size must be an integer of at least "
+                         f"{len(SPECIAL_PIECES) + 1} ({len(SPECIAL_PIECES)} special "
                          f"pieces and one more), got {vocab_size!r}")
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"model_type must be one of {_MODEL_TYPES}, "
@@ -179,6 +181,8 @@ def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
             model_prefix=str(prefix), vocab_size=int(vocab_size), model_type=model_type,
             character_coverage=1.0,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_piece=SPECIAL_PIECES[PAD_ID], unk_piece=SPECIAL_PIECES[UNK_ID],
+            bos_piece=SPECIAL_PIECES[BOS_ID], eos_piece=SPECIAL_PIECES[EOS_ID],
             minloglevel=2)  # quiet: only errors
     except RuntimeError as e:  # "INTERNAL: file.cc(744) [check] What went wrong."
         raise ValueError(f"sentencepiece cannot train vocab_size={vocab_size} on this "

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import padding_mask, subsequent_mask
-from .model import BOS_ID, EOS_ID, PAD_ID
+from .formats import BOS_ID, EOS_ID, PAD_ID
 from .utils import eval_mode
 
 # %% ../nbs/07_decoding.ipynb #2b94cbbe
@@ -23,11 +23,13 @@ def decode_step(model: nn.Module, memory: Tensor, src_mask: Tensor, tokens: Tens
     (§3.2.3). With one, only the last token goes in; every layer reuses the keys and
     values cached at earlier steps and appends its own.
     """
-    if cache is None:
+    if cache is None:                   # check=False: the decoders check once, up front
         causal = subsequent_mask(tokens.size(1), tokens.device)   # (1, t, t)
-        hidden = model.decode(memory, tokens, src_mask, causal)   # (rows, t, d_model)
+        hidden = model.decode(memory, tokens, src_mask=src_mask, tgt_mask=causal,
+                              check=False)                        # (rows, t, d_model)
     else:
-        hidden = model.decode(memory, tokens[:, -1:], src_mask, cache=cache)
+        hidden = model.decode(memory, tokens[:, -1:], src_mask=src_mask, cache=cache,
+                              check=False)
     return model.generator(hidden[:, -1:])[:, 0]
 
 # %% ../nbs/07_decoding.ipynb #1b157542
@@ -37,7 +39,7 @@ MAX_LEN_A = 1       # output of at most MAX_LEN_A * input length + MAX_LEN_B tok
 MAX_LEN_B = 50      # §6.1's "input length + 50"
 
 
-def _start(model: nn.Module, src: Tensor, src_mask: Tensor | None, max_len_a: float,
+def _prepare(model: nn.Module, src: Tensor, src_mask: Tensor | None, max_len_a: float,
            max_len_b: int) -> tuple[Tensor, Tensor, Tensor]:
     "Check the request and encode the source once: memory, mask, each sentence's limit."
     table, pad = model.config.max_len, model.config.pad_id
@@ -60,7 +62,7 @@ def _start(model: nn.Module, src: Tensor, src_mask: Tensor | None, max_len_a: fl
                          f"({max_len_a} * {n} + {max_len_b}) needs as many target "
                          f"positions, but the model's positional table has "
                          f"max_len={table}: lower max_len_a or max_len_b")
-    return model.encode(src, src_mask), src_mask, limit
+    return model.encode(src, src_mask=src_mask), src_mask, limit
 
 
 def _restrict(logp: Tensor, step: int, model: nn.Module, bos_id: int, eos_id: int,
@@ -86,7 +88,7 @@ def greedy_decode(model: nn.Module, src: Tensor, *, bos_id: int = BOS_ID,
     their summed log-probabilities `(batch,)`. `use_cache=False` recomputes the prefix.
     """
     with eval_mode(model):
-        memory, src_mask, limit = _start(model, src, src_mask, max_len_a, max_len_b)
+        memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
         batch, pad = src.size(0), model.config.pad_id
         tokens = torch.full((batch, 1), bos_id, device=src.device)   # (batch, step)
         scores = torch.zeros(batch, device=src.device)   # float32 whatever the model
@@ -171,9 +173,9 @@ def _merge_finished(scores: Tensor, tokens: Tensor, new_scores: Tensor,
 
 # %% ../nbs/07_decoding.ipynb #a4bd34a0
 @torch.no_grad()
-def beam_search(model: nn.Module, src: Tensor, beam_size: int = BEAM_SIZE,
+def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
                 alpha: float = LENGTH_ALPHA, max_len_a: float = MAX_LEN_A,
-                max_len_b: int = MAX_LEN_B, *, bos_id: int = BOS_ID,
+                max_len_b: int = MAX_LEN_B, bos_id: int = BOS_ID,
                 eos_id: int = EOS_ID, n_best: int = 1, min_len: int = 0,
                 src_mask: Tensor | None = None, use_cache: bool = True,
                 early_stop: bool = True) -> tuple[Tensor, Tensor]:
@@ -187,7 +189,7 @@ def beam_search(model: nn.Module, src: Tensor, beam_size: int = BEAM_SIZE,
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must lie in 1..beam_size={beam_size}, got {n_best}")
     with eval_mode(model):
-        memory, src_mask, limit = _start(model, src, src_mask, max_len_a, max_len_b)
+        memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
         B, K, pad, dev = src.size(0), beam_size, model.config.pad_id, src.device
         steps, inf = int(limit.max()), math.inf
         memory = memory.repeat_interleave(K, dim=0)           # (B*K, S, d_model)

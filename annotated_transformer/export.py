@@ -5,7 +5,6 @@ __all__ = ['SOURCE_CONFIG', 'ctranslate2_spec', 'export_ctranslate2', 'CT2Transl
 
 # %% ../nbs/09d_export.ipynb #fd88dca2
 import json
-import shutil
 from pathlib import Path
 
 import torch
@@ -15,8 +14,8 @@ from .utils import optional_import
 from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
-from .hub import CONFIG_FILE, TOKENIZER_FILE
-from .translator import Translator, encode_sources
+from .formats import TOKENIZER_FILE
+from .translator import BATCH_SIZE, Translator, encode_sources
 
 # %% ../nbs/09d_export.ipynb #735cdf41
 def _array(t: torch.Tensor):
@@ -69,8 +68,7 @@ def ctranslate2_spec(model: Transformer, sp):
     specs, c = ct2.specs, model.config
     spec = specs.TransformerSpec.from_config(
         c.n_layers, c.n_heads, pre_norm=c.norm_first,
-        activation={"relu": specs.Activation.RELU,
-                    "gelu": specs.Activation.GELU}[c.activation])
+        activation=getattr(specs.Activation, c.activation.upper()))   # RELU, GELU
     enc, dec = spec.encoder, spec.decoder
     enc.embeddings[0].weight = _array(model.src_embed.weight)      # ×√d_model: the
     dec.embeddings.weight = _array(model.tgt_embed.weight)         # engine's default
@@ -136,7 +134,7 @@ class CT2Translator:
                                      intra_threads=threads or torch.get_num_threads())
 
     def translate(self, sentences, beam_size: int = BEAM_SIZE,
-                  alpha: float = LENGTH_ALPHA, batch_size: int = 64,
+                  alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   max_len_b: int = MAX_LEN_B) -> list[str]:
         "As `Translator.translate` (§6.1 beam search; greedy if `beam_size=1`)."
         if isinstance(sentences, str):

@@ -11,20 +11,19 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
-from .utils import hardware, resolve_precision
-from .attention import default_device
+from .formats import (CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE,
+                                           TOKENIZER_FILE)
+from .utils import default_device, hardware, resolve_precision
+from .distributed import barrier, init_distributed, teardown, world
 from .model import TransformerConfig, make_model
+from .batching import fits
 from .checkpoints import (average_checkpoints, checkpoint_step,
                                                list_checkpoints, load_weights)
-from .training import rank_and_world
-from .trainer import (TrainConfig, init_distributed, log_metrics,
-                                           read_metrics, train)
+from .trainer import TrainConfig, log_metrics, read_metrics, train
 from .data import (load_multi30k, load_tokenizer, to_pairs,
                                         train_tokenizer)
-from .hub import TOKENIZER_FILE
 from .translator import Translator, corpus_bleu
 
 # %% ../nbs/09c_recipe.ipynb #863c8e80
@@ -65,13 +64,8 @@ class TranslationRecipe:
             raise ValueError(f"{where}: {e}") from None
 
 # %% ../nbs/09c_recipe.ipynb #5bca968c
-def _barrier() -> None:
-    if dist.is_initialized():
-        dist.barrier()
-
-
 def _say(progress: bool, *parts) -> None:
-    if progress and rank_and_world()[0] == 0:    # tqdm.write: above the progress bar
+    if progress and world()[0] == 0:    # tqdm.write: above the progress bar
         tqdm.write(" ".join(str(p) for p in parts), file=sys.stderr)
 
 
@@ -147,7 +141,7 @@ class _OnCheckpoint:
         self.t0, self.last, self.progress = t0, time.perf_counter(), progress
 
     def __call__(self, step: int, path: Path) -> bool:
-        if rank_and_world()[0] != 0:
+        if world()[0] != 0:
             return False
         r, (src, ref) = self.r, self.val
         record = {"step": step}
@@ -168,7 +162,7 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
     chapter 0), a resumed one keeps what its recipe.json recorded. Returns the recipe
     with that concrete precision, and why it is that one."""
     model_dir.mkdir(parents=True, exist_ok=True)
-    saved = model_dir / "recipe.json"
+    saved = model_dir / RECIPE_FILE
     kept = json.loads(saved.read_text()).get("train", {}).get("precision") \
         if saved.exists() else None
     if r.train.precision == "auto" and kept in ("fp32", "bf16", "fp16"):
@@ -178,23 +172,23 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
         precision, why = resolve_precision(r.train.precision, device)
     r = replace(r, train=replace(r.train, precision=precision))
     if saved.exists():
-        _check_resume(saved, r, list_checkpoints(model_dir / "checkpoints"))
-    _barrier()                                # every rank has read it before it changes
-    if rank_and_world()[0] == 0:
+        _check_resume(saved, r, list_checkpoints(model_dir / CHECKPOINTS_DIR))
+    barrier()                                # every rank has read it before it changes
+    if world()[0] == 0:
         saved.write_text(json.dumps(r.to_dict(), indent=1) + "\n")
     return r, why
 
 
-def _prepare(r: TranslationRecipe, model_dir: Path, data) -> tuple:
+def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     "The tokenizer (trained by rank 0 unless it is there) and the encoded pairs."
     langs = (r.src_lang, r.tgt_lang)
     ds = load_multi30k(data, langs=langs)
     sp_path = model_dir / TOKENIZER_FILE
-    if rank_and_world()[0] == 0 and not sp_path.exists():
+    if world()[0] == 0 and not sp_path.exists():
         train_tokenizer(ds["train"], model_dir, r.vocab_size, langs, name="tokenizer")
-    _barrier()
+    barrier()
     sp = load_tokenizer(sp_path)
-    fit = lambda p: 0 < len(p[0]) < r.model.max_len and len(p[1]) < r.model.max_len
+    fit = lambda p: fits(p, r.model.max_len)     # the positional table holds it
     train_pairs = [p for p in to_pairs(ds["train"], sp, *langs)[:r.train_pairs]
                    if fit(p)]
     valid_pairs = [p for p in to_pairs(ds["validation"], sp, *langs) if fit(p)]
@@ -205,20 +199,20 @@ def _prepare(r: TranslationRecipe, model_dir: Path, data) -> tuple:
 def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: tuple,
             t0: float, train_minutes: float, progress: bool, why: str) -> None:
     "Rank 0: choose the checkpoint average, write the model directory with notes."
-    run_dir, n = model_dir / "checkpoints", r.select_sentences
+    run_dir, n = model_dir / CHECKPOINTS_DIR, r.select_sentences
     done = list_checkpoints(run_dir)
     best, results = select_average(translator, done, r.average, val[0][:n],
                                    val[1][:n], r.train.precision, progress)
     total, step = (time.perf_counter() - t0) / 60, checkpoint_step(done[-1])
-    log_metrics(run_dir / "metrics.jsonl", {"step": step, "selection": results,
-                                            "selected": best, "wall": total * 60})
-    world = rank_and_world()[1]
+    log_metrics(run_dir / METRICS_FILE, {"step": step, "selection": results,
+                                         "selected": best, "wall": total * 60})
+    size = world()[1]
     translator.notes = {
         "steps": step, "checkpoints_averaged": best,
         "val_bleu_greedy": round(results[best], 2),
         "train_minutes": round(train_minutes, 1), "total_minutes": round(total, 1),
         "precision": r.train.precision, "precision_reason": why,
-        "hardware": hardware() if world == 1 else f"{world} × {hardware()}",
+        "hardware": hardware() if size == 1 else f"{size} × {hardware()}",
         "torch": torch.__version__}
     translator.save_pretrained(model_dir)
     _say(progress, f"saved {model_dir} ({total:.1f} min)")
@@ -231,20 +225,20 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
     selected on the validation set. Runs as it is under torchrun. The precision is
     resolved once, at the start ("auto": chapter 0), and kept by a resumed run."""
     started = time.perf_counter()             # the budget counts data preparation too
-    r, model_dir, run_dir = recipe, Path(model_dir), Path(model_dir) / "checkpoints"
-    joined = not dist.is_initialized()
+    r, model_dir, run_dir = recipe, Path(model_dir), Path(model_dir) / CHECKPOINTS_DIR
+    joined = not torch.distributed.is_initialized()     # else torchrun's caller did
     device = init_distributed() if joined else default_device()
     try:
         r, why = _open_run(r, model_dir, device)
         _say(progress, why)
         if r.threads:
             torch.set_num_threads(r.threads)
-        sp, train_pairs, valid_pairs, val = _prepare(r, model_dir, data)
+        sp, train_pairs, valid_pairs, val = _load_data(r, model_dir, data)
         torch.manual_seed(r.train.seed)
         V = sp.get_piece_size()
         translator = Translator(make_model(V, V, r.model).to(device), sp, r.src_lang,
                                 r.tgt_lang)
-        done, log = list_checkpoints(run_dir), run_dir / "metrics.jsonl"
+        done, log = list_checkpoints(run_dir), run_dir / METRICS_FILE
         walls = [x["wall"] for x in read_metrics(log) if "wall" in x] if done else []
         t0 = started - (walls[-1] if walls else 0.0)
         if done:
@@ -257,11 +251,11 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
             hook = _OnCheckpoint(r, translator, val, log, t0, progress)
             train(translator.model, train_pairs, replace(r.train, progress=progress),
                   valid_pairs, run_dir, on_checkpoint=hook)
-        if rank_and_world()[0] == 0:
+        if world()[0] == 0:
             _finish(translator, r, model_dir, val, t0,
                     (time.perf_counter() - t0) / 60, progress, why)
-        _barrier()
+        barrier()
     finally:
-        if joined and dist.is_initialized():
-            dist.destroy_process_group()
+        if joined:
+            teardown()
     return Translator.from_pretrained(model_dir)

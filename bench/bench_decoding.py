@@ -89,7 +89,7 @@ def main(argv=None) -> None:
             if search == "greedy":
                 return greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID,
                                      use_cache=use_cache, **force)
-            return beam_search(model, src, 4, 0.6, bos_id=BOS_ID, eos_id=EOS_ID,
+            return beam_search(model, src, beam_size=4, alpha=0.6, bos_id=BOS_ID, eos_id=EOS_ID,
                                use_cache=use_cache, **force)
 
         t_plain, (tok_plain, score_plain) = best_time(lambda: run(False), repeats)

@@ -17,7 +17,8 @@ import torch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
-from annotated_transformer.trainer import read_metrics, train_copy_model
+from annotated_transformer.trainer import read_metrics
+from annotated_transformer.lab.copying import train_copy_model
 
 print(torch.__version__, torch.cuda.get_device_name())
 for precision in ["fp16", "bf16", "fp32"]:
@@ -39,7 +40,7 @@ src = torch.randint(4, 50, (6, 9), device=dev)
 src[2, 6:] = 0                                                 # a padded source
 beam, greedy = {}, {}
 for cache in (True, False):
-    beam[cache] = beam_search(model, src, 4, 0.6, max_len_b=12, bos_id=1, eos_id=2,
+    beam[cache] = beam_search(model, src, beam_size=4, alpha=0.6, max_len_b=12, bos_id=1, eos_id=2,
                               use_cache=cache)
     greedy[cache] = greedy_decode(model, src, bos_id=1, eos_id=2, max_len_b=12,
                                   use_cache=cache)

@@ -1,9 +1,11 @@
 """Table 3 of the paper in miniature on a CPU (chapter 12), and the sweep around it.
 
 Every variant changes one thing of a small base model and trains for the same number
-of updates with the trainer of chapter 6c (`train`). The list of variants
-(`sweep_variants`) and the run function (`run_variant`) are the chapter's own, exported
-to annotated_transformer.lab.ablations: the book shows the code that made its numbers, and
+of updates with the trainer of chapter 6c (`train`). The variants are data, in
+bench/table3_variants.json beside this script (the base row once, the settings a group
+shares, one line per run with what it changes), expanded by `expand_variants`; the run
+function (`run_variant`) is the chapter's own, exported to
+annotated_transformer.lab.ablations: the book shows the code that made its numbers, and
 re-runs a miniature of each experiment with it. Results go to one JSON file after each
 run; runs already there are skipped, so the sweep resumes.
 
@@ -24,8 +26,11 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.lab.ablations import ablation_data, run_variant, sweep_variants
+from annotated_transformer.lab.ablations import (ablation_data, expand_variants,
+                                                 run_variant)
 from annotated_transformer.utils import hardware
+
+VARIANTS = Path(__file__).with_name("table3_variants.json")
 
 
 def git_commit() -> str:
@@ -41,6 +46,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", help="folder of the Multi30k text files")
     p.add_argument("--out", type=Path, default=Path("bench/results/table3.json"))
     p.add_argument("--runs", type=Path, default=Path("runs/ablations"))
+    p.add_argument("--variants", type=Path, default=VARIANTS,
+                   help="the sweep's definition (default: %(default)s)")
     p.add_argument("--only", nargs="*", help="names of the variants to run")
     p.add_argument("--bleu-sentences", type=int, default=None,
                    help="validation sentences for BLEU (default: all)")
@@ -48,7 +55,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     done = json.loads(a.out.read_text()) if a.out.exists() else {"runs": []}
     have = {r["name"] for r in done["runs"]}
-    todo = [v for v in sweep_variants() if v["name"] not in have
+    variants = expand_variants(json.loads(a.variants.read_text()))
+    todo = [v for v in variants if v["name"] not in have
             and (not a.only or v["name"] in a.only)]
     data = ablation_data(a.data, out_dir=a.runs)
     done.update(tokenizer_pieces=data["sp"].get_piece_size(),

@@ -4,7 +4,7 @@ import torch
 from annotated_transformer.lab.analysis import (KINDS, attention_modules, control_labels,
                                                 head_gradients, head_mask, monotonicity)
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.training import make_batch
+from annotated_transformer.batching import make_batch
 
 
 def tiny_model():

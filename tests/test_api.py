@@ -30,7 +30,7 @@ def test_every_submodule_is_reachable_after_a_plain_import():
     assert kinds == {m: True for m in MODULES}, kinds
     # the example CONTRIBUTING.md gives, after a plain import: the fastest device present
     got = fresh("import annotated_transformer, json\n"
-                "print(json.dumps(annotated_transformer.attention.default_device().type))")
+                "print(json.dumps(annotated_transformer.utils.default_device().type))")
     import torch
     want = ("cuda" if torch.cuda.is_available()
             else "mps" if torch.backends.mps.is_available() else "cpu")

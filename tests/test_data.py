@@ -24,7 +24,7 @@ from annotated_transformer.data import (MULTI30K_ENV, MULTI30K_HUB_ENV, MULTI30K
                                         decode_ids, encode_text, load_multi30k,
                                         load_tokenizer, multi30k_dir, normalize_line,
                                         to_pairs, train_tokenizer)
-from annotated_transformer.model import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from annotated_transformer.formats import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from annotated_transformer.cli import main
 from annotated_transformer.data import load_tokenizer, normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
 from annotated_transformer.export import CT2Translator, export_ctranslate2
-from annotated_transformer.model import BOS_ID, EOS_ID, TransformerConfig, make_model
+from annotated_transformer.formats import BOS_ID, EOS_ID
+from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.translator import Translator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -33,3 +33,49 @@ def test_the_scan_would_catch_one(tmp_path, monkeypatch):
     (tmp_path / "a.py").write_text("from .b import _secret, public\n")
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path)
     assert private_imports() == ["a.py: b._secret"]
+
+
+def core_graph() -> dict[str, set[str]]:
+    "Which core modules each core module imports (`from .x import ...`, `from . import x`)."
+    graph, stems = {}, {p.stem for p in PACKAGE.glob("*.py")}
+    for path in sorted(PACKAGE.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                # `from . import x`: the module x, or a name of the package itself
+                deps |= {node.module.split(".")[0]} if node.module else {
+                    a.name if a.name in stems else "__init__" for a in node.names}
+        graph[path.stem] = deps - {path.stem}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    "The import cycles of `graph`, each as a path that comes back to its start."
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == "open":
+                found.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                visit(dep, path + [dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_the_core_has_no_import_cycle():
+    graph = core_graph()
+    assert {"formats", "distributed", "batching", "training"} <= set(graph)
+    assert cycles({k: v for k, v in graph.items() if k != "__init__"}) == []
+    # the package imports its modules; none of them imports the package back
+    assert not any("__init__" in deps for deps in graph.values())
+
+
+def test_the_cycle_check_would_catch_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -27,8 +27,8 @@ def fresh(code: str):
     return json.loads(out.stdout)
 
 
-def test_the_lab_holds_the_three_chapters_and_the_core_does_not():
-    assert LAB == ["ablations", "analysis", "complexity"]
+def test_the_lab_holds_the_four_kits_and_the_core_does_not():
+    assert LAB == ["ablations", "analysis", "complexity", "copying"]
     assert not set(LAB) & set(CORE), "a chapter of the lab is still a core module"
     assert "lab" not in CORE
 
@@ -60,7 +60,8 @@ def test_the_lab_imports_and_its_names_resolve():
     assert names and len(names) == len(set(names))
     assert not set(names) & set(LAB), "a name shadows a module of the lab"
     assert {"LocalSelfAttention", "restricted_attention", "head_mask", "head_gradients",
-            "attention_modules", "run_variant", "fit_power_law"} <= set(names)
+            "attention_modules", "attention_maps", "run_variant", "fit_power_law",
+            "copy_task", "train_copy_model"} <= set(names)
     # each name is the lab's own, defined in one of its modules (not a core name re-exported)
     assert {m.rsplit(".", 1)[0] for m in got["where"].values()} == {
         "annotated_transformer.lab"}, got["where"]
@@ -103,3 +104,15 @@ def test_the_wheel_carries_the_lab():
         "packages"]["find"]
     found = find_packages(where=str(ROOT), include=find["include"])
     assert {"annotated_transformer", "annotated_transformer.lab"} <= set(found), found
+
+
+def test_the_sweep_is_a_data_file_not_constants_of_the_lab():
+    from annotated_transformer.lab import ablations
+    from annotated_transformer.model import TransformerConfig
+    from annotated_transformer.trainer import TrainConfig
+    assert not [n for n in ablations.__all__ if n.isupper()], ablations.__all__
+    spec = json.loads((ROOT / "bench/table3_variants.json").read_text())
+    runs = ablations.expand_variants(spec)
+    assert len({r["name"] for r in runs}) == len(runs) == len(spec["variants"])
+    for r in runs:                                   # every run can be built
+        TransformerConfig(**r["model"]), TrainConfig(**r["train"])

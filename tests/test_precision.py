@@ -22,7 +22,7 @@ from annotated_transformer.cli import _parser
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipe import TranslationRecipe, _open_run, select_average
 from annotated_transformer.trainer import TrainConfig, _saved_precision, train
-from annotated_transformer.training import copy_task
+from annotated_transformer.lab.copying import copy_task
 from annotated_transformer.utils import native_bf16, resolve_precision, warn_if_emulated
 
 

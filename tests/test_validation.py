@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import checkpoints, data, trainer, training
+from annotated_transformer import batching, checkpoints, data, trainer, training
+from annotated_transformer.lab import copying as copy_lab
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.utils import optional_import
 
@@ -164,22 +165,22 @@ TRAINING_CASES = [  # (id, call, message)
      "eps_ls must lie in [0, 1), got 1"),
     ("smoothed vocab_size 0", lambda: training.smoothed_targets(LABELS, 0),
      "vocab_size must be at least 1, got 0"),
-    ("sampler max_tokens 0", lambda: training.TokenBatchSampler([(3, 4)], 0),
+    ("sampler max_tokens 0", lambda: batching.TokenBatchSampler([(3, 4)], 0),
      "max_tokens must be at least 1, got 0"),
-    ("sampler max_tokens None", lambda: training.TokenBatchSampler([(3, 4)], None),
+    ("sampler max_tokens None", lambda: batching.TokenBatchSampler([(3, 4)], None),
      "max_tokens must be at least 1, got None"),
-    ("make_batch no pairs", lambda: training.make_batch([]),
+    ("make_batch no pairs", lambda: batching.make_batch([]),
      "pairs must hold at least one (src_ids, tgt_ids) pair, got none"),
-    ("make_batch pad_id -1", lambda: training.make_batch(ONE_PAIR, pad_id=-1),
+    ("make_batch pad_id -1", lambda: batching.make_batch(ONE_PAIR, pad_id=-1),
      "pad_id must be at least 0, got -1"),
-    ("make_batch same ids", lambda: training.make_batch(ONE_PAIR, pad_id=2),
+    ("make_batch same ids", lambda: batching.make_batch(ONE_PAIR, pad_id=2),
      "pad_id, bos_id and eos_id must be three different ids, "
      "got {'pad_id': 2, 'bos_id': 1, 'eos_id': 2}"),
     ("train_step no batches",
      lambda: training.train_step(tiny_model(), [], *optimizer_and_scheduler()),
      "batches must hold at least one micro-batch, got none"),
     ("train_step clip_norm",
-     lambda: training.train_step(tiny_model(), [training.make_batch(ONE_PAIR)],
+     lambda: training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
                                  *optimizer_and_scheduler(), clip_norm=0),
      "clip_norm must be greater than 0, got 0"),
     ("evaluate no batches", lambda: training.evaluate(tiny_model(), []),
@@ -192,13 +193,13 @@ TRAINING_CASES = [  # (id, call, message)
     ("train no pairs",
      lambda: trainer.train(tiny_model(), [], trainer.TrainConfig()),
      "train_pairs must hold at least one pair, got none"),
-    ("copy_task vocab_size", lambda: training.copy_task(10, vocab_size=3),
-     "vocab_size must be at least 4, got 3"),
-    ("copy_task longest", lambda: training.copy_task(10, shortest=5, longest=2),
+    ("copy_task vocab_size", lambda: copy_lab.copy_task(10, vocab_size=3),
+     "vocab_size must be at least 5, got 3"),
+    ("copy_task longest", lambda: copy_lab.copy_task(10, shortest=5, longest=2),
      "longest must be at least 5, got 2"),
-    ("copy_task shortest", lambda: training.copy_task(10, shortest=0),
+    ("copy_task shortest", lambda: copy_lab.copy_task(10, shortest=0),
      "shortest must be at least 1, got 0"),
-    ("copy_task n_pairs", lambda: training.copy_task(-1),
+    ("copy_task n_pairs", lambda: copy_lab.copy_task(-1),
      "n_pairs must be at least 0, got -1"),
 ]
 

@@ -13,8 +13,9 @@ import torch
 import torch.distributed as dist
 
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.trainer import TrainConfig, init_distributed, train
-from annotated_transformer.training import copy_task
+from annotated_transformer.distributed import init_distributed
+from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.lab.copying import copy_task
 
 VOCAB_SIZE = 16
 

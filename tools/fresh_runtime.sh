@@ -83,7 +83,7 @@ INI
 
 # Chapters run as a reader runs them, with no quick mode, except these, whose full runs take
 # minutes (bench/run_all.py times them; the introduction's table): they shrink their sizes.
-SHRUNK=" 06c_trainer 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
+SHRUNK=" 06d_copy 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
 failed=()
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
