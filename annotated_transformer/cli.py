@@ -21,7 +21,8 @@ from .utils import (PRECISIONS, available_devices,
                                          resolve_precision, warn_if_emulated)
 from .distributed import teardown
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
-from .translator import BATCH_SIZE, Translator, corpus_bleu
+from .translator import (BATCH_SIZE, TRANSLATE_PRECISIONS,
+                                              Translator, corpus_bleu)
 from .recipe import TranslationRecipe, train_translation
 from .export import export_ctranslate2
 from .lines import (PROG, line_batches, read_lines, say, stream_fd,
@@ -65,9 +66,9 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help=f"sentences translated together (default: {BATCH_SIZE})")
     g.add_argument("--device", type=_device, default=None,
                    help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
-    g.add_argument("--precision", choices=PRECISIONS[:3], default="auto",
+    g.add_argument("--precision", choices=TRANSLATE_PRECISIONS, default="auto",
                    help="auto: bf16 autocast where the device computes bf16 natively, "
-                        "else fp32 (default: auto)")
+                        "else fp32; int8: 8-bit weights, CPU only (default: auto)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -208,6 +209,8 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
 def _precision(asked: str, translator: Translator) -> str:
     "The concrete precision on the model's device: said once on stderr if chosen."
     device = next(translator.model.parameters()).device
+    if asked == "int8":                          # asked for by name: nothing to say
+        return asked
     precision, why = resolve_precision(asked, device)
     if asked == "auto":
         say(why)

@@ -1,4 +1,4 @@
-"""Translation speed side by side: our Translator (fp32, bf16) and CTranslate2 (fp32, int8).
+"""Translation speed side by side: our Translator (fp32, bf16, int8) and CTranslate2 (fp32, int8).
 
 One process, one machine, the same threads and sentences for every engine; the engines take
 turns in each round, so that a slow moment of a shared machine hits all alike (the best round
@@ -24,7 +24,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from annotated_transformer.export import CT2Translator, export_ctranslate2
 from annotated_transformer.translator import Translator
-from annotated_transformer.utils import hardware
+from annotated_transformer.utils import hardware, native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     engines = {
         "ours fp32": lambda s, k: ours.translate(s, beam_size=k, precision="fp32"),
         "ours bf16": lambda s, k: ours.translate(s, beam_size=k, precision="bf16"),
+        "ours int8": lambda s, k: ours.translate(s, beam_size=k, precision="int8"),
         "CTranslate2 fp32": lambda s, k: ct2_fp32.translate(s, beam_size=k),
         "CTranslate2 int8": lambda s, k: ct2_int8.translate(s, beam_size=k)}
     for run in engines.values():                                # warm-up
@@ -95,8 +96,10 @@ def main(argv=None) -> None:
              1: decode_flops(ours, alone, 1, True) / len(alone),
              4: decode_flops(ours, alone, 4, True) / len(alone)}
     floor = {k: f / rate for k, f in flops.items()}
-    print(f"machine: {hardware()} ({a.threads} threads for every engine); "
-          f"torch {torch.__version__}")
+    print(f"machine: {hardware()}, PyTorch kernels "
+          f"{torch.backends.cpu.get_cpu_capability()}, bf16 "
+          f"{'native' if native_bf16('cpu') else 'emulated'} ({a.threads} threads for every "
+          f"engine); torch {torch.__version__}")
     print(f"fp32 GEMM rate {rate / 1e9:.1f} GFLOP/s, bf16 {gemm_rate(torch.bfloat16) / 1e9:.1f}"
           f" GFLOP/s; our decoder's GEMM MFLOP per sentence: bulk {flops['bulk'] / 1e6:.0f}, "
           f"greedy {flops[1] / 1e6:.0f}, beam 4 {flops[4] / 1e6:.0f}")

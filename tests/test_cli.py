@@ -295,3 +295,12 @@ def test_missing_extra_is_one_line(model_dir, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     err = "".join(x for x in err.splitlines(True) if "precision auto ->" not in x)
     assert err.count("\n") == 1 and 'pip install "annotated_transformer[data]"' in err
+
+
+def test_translate_int8(model_dir, tmp_path, capsys):
+    src = tmp_path / "in.en"
+    src.write_text("A dog runs.\n\nTwo men talk.\n")
+    assert main(["translate", "--model-dir", str(model_dir), "-i", str(src),
+                 "--precision", "int8", "--beam-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 3 and out.split("\n")[1] == ""

@@ -41,3 +41,17 @@ def test_card_bleu_is_what_the_committed_files_score(multi30k):
     score, signature = corpus_bleu(hyps, ref)
     print(score, signature)
     assert abs(score.score - card_bleu()) <= 0.05, (score.score, card_bleu())
+
+
+def test_int8_within_0_3_bleu_of_fp32(multi30k):
+    """Chapter 7a's int8 copy, through the translator: BLEU within 0.3 of float32 on the
+    whole test set, and the copy made once."""
+    translator = Translator.from_pretrained(MODEL, device="cpu")
+    src = (multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    ref = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    fp32 = corpus_bleu(translator.translate(src, precision="fp32"), ref)[0].score
+    int8 = corpus_bleu(translator.translate(src, precision="int8"), ref)[0].score
+    assert abs(int8 - fp32) <= 0.3, (int8, fp32)
+    kept = translator._converted[("int8", "cpu")]
+    translator.translate(src[:2], precision="int8")
+    assert translator._converted[("int8", "cpu")] is kept

@@ -57,6 +57,7 @@ PY
 # time on another kernel path: a reader's AVX2 CPU without bf16, emulated here (PyTorch's
 # kernels, oneDNN and MKL capped at AVX2) on one thread. Their stored outputs must hold on both.
 SECOND_PATH=(nbs/06a_training.ipynb nbs/06d_copy.ipynb nbs/07_decoding.ipynb
+             nbs/07a_quantization.ipynb
              nbs/09b_translator.ipynb nbs/09c_recipe.ipynb nbs/11_inside.ipynb
              nbs/12_ablations.ipynb)
 

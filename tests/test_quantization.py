@@ -1,0 +1,73 @@
+"""Chapter 7a: int8 and bfloat16 copies of a model for decoding, and their use by the
+translator and the command line.
+
+The int8 copy must hold no float matrix, keep the model's invariants (padding ignored,
+cached == uncached decoding) and stay close to the float32 model; the bf16 copy must give,
+bit for bit, what autocast over the float32 model gives."""
+import pytest
+import torch
+from torch import nn
+
+from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer.multihead import MultiHeadAttention
+from annotated_transformer.quantization import (Int8MultiHeadAttention, bf16_weights,
+                                                quantize_int8)
+from annotated_transformer.training import precision_context
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return make_model(40, 40, TransformerConfig.preset(
+        "tiny", d_model=32, d_ff=64, n_heads=4, max_len=64)).eval()
+
+
+@pytest.fixture(scope="module")
+def src():
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(4, 40, (5, 9), generator=g)
+    ids[1, 6:] = 0                                              # padding
+    return ids
+
+
+def test_int8_copy_holds_no_float_matrix(model):
+    q = quantize_int8(model)
+    assert not any(type(m) is nn.Linear for m in q.modules())
+    attn = [m for m in q.modules() if isinstance(m, MultiHeadAttention)]
+    assert attn and all(isinstance(m, Int8MultiHeadAttention) for m in attn)
+    assert type(model.generator).__name__ == "Generator"        # the original is kept
+    assert model.generator.weight is model.src_embed.weight     # tying untouched
+
+
+def test_int8_is_close_and_keeps_the_invariants(model, src):
+    q = quantize_int8(model)
+    tgt = src[:, :7]
+    with torch.no_grad():
+        a, b = model(src, tgt), q(src, tgt)
+        assert (a - b).abs().max() < 0.2 and not torch.isnan(b).any()
+        padded = torch.cat([src, torch.zeros(5, 3, dtype=src.dtype)], dim=1)
+        # padding is masked, but the activations' 8-bit scale is read from the whole
+        # batch: padded positions move the numbers at the int8 rounding's scale only
+        assert (q(padded, tgt) - b).abs().max() < 0.2
+    for search in (greedy_decode, beam_search):
+        cached, _ = search(q, src, max_len_b=12)
+        uncached, _ = search(q, src, max_len_b=12, use_cache=False)
+        assert torch.equal(cached, uncached), search.__name__
+
+
+def test_bf16_weights_are_autocast_bit_for_bit(model, src):
+    b16 = bf16_weights(model)
+    assert b16.generator.weight.dtype == torch.bfloat16
+    assert model.generator.weight.dtype == torch.float32         # the original is kept
+    with torch.no_grad(), precision_context("cpu", "bf16"):
+        assert torch.equal(model(src, src[:, :7]), b16(src, src[:, :7]))
+        assert torch.equal(greedy_decode(model, src, max_len_b=10)[0],
+                           greedy_decode(b16, src, max_len_b=10)[0])
+
+
+def test_translator_int8_only_on_the_cpu(monkeypatch):
+    from annotated_transformer.translator import Translator
+    t = Translator.__new__(Translator)
+    with pytest.raises(ValueError, match="int8 runs on the CPU"):
+        t._precision("int8", torch.device("meta"), progress=False)
