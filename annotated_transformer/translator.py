@@ -182,7 +182,6 @@ class Translator:
             self._converted[key] = convert(model)
         return self._converted[key]
 
-    @torch.no_grad()
     def translate(self, sentences, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   device=None, precision: str = "auto", max_len_b: int = MAX_LEN_B,
@@ -205,7 +204,9 @@ class Translator:
         order = sorted((i for i in range(len(ids)) if ids[i]),
                        key=lambda i: len(ids[i]))
         out = [""] * len(ids)
-        with eval_mode(model), tqdm(
+        # inference mode: no autograd bookkeeping at all, less work per operation; the
+        # model itself is moved and converted outside it, so it can still be trained
+        with eval_mode(model), torch.inference_mode(), tqdm(
                 total=len(order), unit="sentence", file=sys.stderr,
                 disable=not progress) as bar:
             for start in range(0, len(order), batch_size):

@@ -9,6 +9,7 @@ Each worker also checks that its translations equal the first revision's (a leve
 change the output).
 
     python bench/bench_levers.py --threads 1 560f5bc 12316aa HEAD
+    python bench/bench_levers.py --precision int8 HEAD~1 HEAD
 """
 import argparse
 import json
@@ -24,20 +25,28 @@ from statistics import median
 sys.path.insert(0, sys.argv[1])
 from annotated_transformer.translator import Translator
 threads, n_bulk, n_alone = (int(x) for x in sys.argv[2:5])
+precision = sys.argv[7]
 torch.set_num_threads(threads)
 t = Translator.from_pretrained(sys.argv[5], device="cpu")
 src = open(sys.argv[6]).read().splitlines()
-t.translate(src[:4], beam_size=4, precision="fp32")
-t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision="fp32")
+t.translate(src[:4], beam_size=4, precision=precision)
+t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision=precision)
 out = {"bulk_s": time.perf_counter() - t0, "bulk": bulk}
 for k in (1, 4):
     times = []
     for s in src[:n_alone]:
-        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision="fp32")
+        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision=precision)
         times.append(time.perf_counter() - t0)
     out[f"alone_{k}_ms"] = 1e3 * median(times)
 print(json.dumps(out))
 """
+
+
+def torch_isa() -> str:
+    "The kernel level PyTorch runs at here (AVX2, AVX512, ...), as a worker sees it."
+    return subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu."
+                           "get_cpu_capability())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def extract(rev: str, into: Path) -> Path:
@@ -56,6 +65,8 @@ def main(argv=None) -> None:
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--interactive", type=int, default=30)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--precision", default="fp32",
+                   help="fp32, bf16 or int8 (default: fp32)")
     p.add_argument("--model-dir", default=str(ROOT / "models" / "multi30k_en_de"))
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     a = p.parse_args(argv)
@@ -67,15 +78,16 @@ def main(argv=None) -> None:
         for rev, path in paths.items():
             cmd = [sys.executable, "-c", WORKER, str(path), str(a.threads),
                    str(a.sentences), str(a.interactive), a.model_dir,
-                   str(Path(a.data) / "test_2016_flickr.en")]
+                   str(Path(a.data) / "test_2016_flickr.en"), a.precision]
             r = json.loads(subprocess.run(cmd, check=True, capture_output=True,
                                           text=True).stdout.splitlines()[-1])
             outputs.setdefault(rev, r.pop("bulk"))
             for k, v in r.items():
                 best[rev][k] = min(best[rev].get(k, float("inf")), v)
     base = a.revisions[0]
-    print(f"{a.threads} threads; bulk: {a.sentences} sentences, beam 4; interactive: "
-          f"{a.interactive} sentences one at a time; best of {a.rounds} rounds")
+    print(f"{a.precision}, {a.threads} threads, PyTorch kernels {torch_isa()}; bulk: "
+          f"{a.sentences} sentences, beam 4; interactive: {a.interactive} sentences one "
+          f"at a time; best of {a.rounds} rounds")
     print("| revision | bulk sent/s | speed-up | greedy ms | speed-up | beam 4 ms "
           "| speed-up | same output |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
