@@ -1,19 +1,24 @@
 """Translation speed side by side: our Translator (fp32, bf16, int8) and CTranslate2 (fp32, int8).
 
-One process, one machine, the same threads and sentences for every engine; the engines take
-turns in each round, so that a slow moment of a shared machine hits all alike (the best round
-counts). Workloads, on the shipped model (chapter 9b) and test_2016_flickr:
+Each engine runs in a process of its own, a fresh one in every round, and the engines take
+turns, so that a slow moment of a shared machine hits all alike (the best round counts).
+One process per engine matters: CTranslate2 ships its own OpenMP runtime, and with its
+translator loaded, PyTorch's two-thread decoding of one sentence ran 2.7 times as slow on the
+machine this was written on (`--same-process` reproduces that). Workloads, on the shipped
+model (chapter 9b) and test_2016_flickr:
   - bulk: the whole test set, beam 4 (alpha 0.6), batches of 64 sentences;
   - interactive: --interactive sentences one at a time, greedy and beam 4 (median latency).
-The GEMM-bound time is the matrix-multiply FLOPs that our decoder actually performs for the
-workload (counted by torch.utils.flop_counter) divided by the fp32 GEMM rate measured in the
-same run: a floor no engine of this architecture can beat on this machine at this precision
-without skipping work, and a machine-independent yardstick for every time printed.
+The GEMM-bound time is the matrix-multiply FLOPs that our decoder performs for the workload
+(counted by torch.utils.flop_counter) divided by the fp32 GEMM rate measured here: a floor no
+fp32 engine of this architecture can beat on this machine without skipping work.
 
     python bench/bench_translate.py --threads 2
     python bench/bench_translate.py --threads 1 --interactive 50
 """
 import argparse
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,11 +27,47 @@ from statistics import median
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from annotated_transformer.export import CT2Translator, export_ctranslate2
-from annotated_transformer.translator import Translator
-from annotated_transformer.utils import hardware, native_bf16
-
 ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ("ours fp32", "ours bf16", "ours int8", "CTranslate2 fp32", "CTranslate2 int8")
+
+
+def load(name: str, model_dir: str, ct2_dirs: dict, threads: int):
+    "A function (sentences, beam) -> translations for engine `name`."
+    if name.startswith("ours"):
+        from annotated_transformer.translator import Translator
+        ours = Translator.from_pretrained(model_dir, device="cpu")
+        precision = name.split()[1]
+        return lambda s, k: ours.translate(s, beam_size=k, precision=precision)
+    from annotated_transformer.export import CT2Translator
+    kind = name.split()[1]
+    engine = CT2Translator(ct2_dirs[kind], {"fp32": "float32"}.get(kind, kind), threads)
+    return lambda s, k: engine.translate(s, beam_size=k)
+
+
+def measure(run, sources: list, alone: list) -> dict:
+    "Bulk seconds and per-sentence latencies (greedy, beam 4) of one engine."
+    run(alone[:2], 4)                                              # warm-up
+    t0 = time.perf_counter()
+    run(sources, 4)
+    out = {"bulk": time.perf_counter() - t0}
+    for k in (1, 4):
+        times = []
+        for s in alone:
+            t0 = time.perf_counter()
+            run([s], k)
+            times.append(time.perf_counter() - t0)
+        out[k] = times
+    return out
+
+
+def worker(args: list) -> None:
+    "In a process of its own: load one engine, measure, print JSON."
+    name, model_dir, ct2_json, threads, data_json = args
+    threads = int(threads)
+    torch.set_num_threads(threads)
+    sources, alone = json.loads(Path(data_json).read_text())
+    run = load(name, model_dir, json.loads(ct2_json), threads)
+    print(json.dumps(measure(run, sources, alone)))
 
 
 def gemm_rate(dtype=torch.float32, m: int = 256, k: int = 256, n: int = 1024) -> float:
@@ -43,12 +84,13 @@ def gemm_rate(dtype=torch.float32, m: int = 256, k: int = 256, n: int = 1024) ->
     return 2 * m * k * n / best
 
 
-def decode_flops(translator: Translator, sentences: list, beam: int, one_by_one: bool):
-    "Matrix-multiply FLOPs (mm, bmm, attention) of our decoder on this workload."
+def decode_flops(model_dir: str, sentences: list, beam: int, one_by_one: bool) -> float:
+    "Matrix-multiply FLOPs (mm, bmm, attention) of our fp32 decoder on this workload."
+    from annotated_transformer.translator import Translator
+    ours = Translator.from_pretrained(model_dir, device="cpu")
     with FlopCounterMode(display=False) as counter:
-        batches = [[s] for s in sentences] if one_by_one else [sentences]
-        for batch in batches:
-            translator.translate(batch, beam_size=beam)
+        for batch in ([[s] for s in sentences] if one_by_one else [sentences]):
+            ours.translate(batch, beam_size=beam, precision="fp32")
     return counter.get_total_flops()
 
 
@@ -61,65 +103,69 @@ def main(argv=None) -> None:
                    help="sentences translated one at a time")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sentences", type=int, default=0, help="bulk: first N (0: all)")
+    p.add_argument("--same-process", action="store_true",
+                   help="all engines loaded in this one process (to see the interference)")
     a = p.parse_args(argv)
+    from annotated_transformer.export import export_ctranslate2
+    from annotated_transformer.translator import Translator
+    from annotated_transformer.utils import hardware, native_bf16
     torch.set_num_threads(a.threads)
     sources = Path(a.data, "test_2016_flickr.en").read_text().splitlines()
     sources = sources[:a.sentences or None]
     alone = sources[:a.interactive]
-    ours = Translator.from_pretrained(a.model_dir, device="cpu")
     tmp = Path(tempfile.mkdtemp())
-    ct2_fp32 = CT2Translator(export_ctranslate2(ours, tmp / "fp32"), "float32", a.threads)
-    ct2_int8 = CT2Translator(export_ctranslate2(ours, tmp / "int8", "int8"), "int8",
-                             a.threads)
-    engines = {
-        "ours fp32": lambda s, k: ours.translate(s, beam_size=k, precision="fp32"),
-        "ours bf16": lambda s, k: ours.translate(s, beam_size=k, precision="bf16"),
-        "ours int8": lambda s, k: ours.translate(s, beam_size=k, precision="int8"),
-        "CTranslate2 fp32": lambda s, k: ct2_fp32.translate(s, beam_size=k),
-        "CTranslate2 int8": lambda s, k: ct2_int8.translate(s, beam_size=k)}
-    for run in engines.values():                                # warm-up
-        run(alone[:2], 4)
-    bulk = {name: float("inf") for name in engines}
-    latency = {(name, k): [] for name in engines for k in (1, 4)}
+    ours = Translator.from_pretrained(a.model_dir, device="cpu")
+    ct2_dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
+                "int8": str(export_ctranslate2(ours, tmp / "int8", "int8"))}
+    data = tmp / "sentences.json"
+    data.write_text(json.dumps([sources, alone]))
+    engines = [e for e in ENGINES if e != "ours bf16" or native_bf16("cpu")]
+    if a.same_process:
+        loaded = {e: load(e, a.model_dir, ct2_dirs, a.threads) for e in engines}
+    results = {e: [] for e in engines}
     for _ in range(a.rounds):
-        for name, run in engines.items():
-            t0 = time.perf_counter()
-            run(sources, 4)
-            bulk[name] = min(bulk[name], time.perf_counter() - t0)
-            for k in (1, 4):
-                for s in alone:
-                    t0 = time.perf_counter()
-                    run([s], k)
-                    latency[name, k].append(time.perf_counter() - t0)
-    rate = gemm_rate()
-    flops = {"bulk": decode_flops(ours, sources, 4, False) / len(sources),
-             1: decode_flops(ours, alone, 1, True) / len(alone),
-             4: decode_flops(ours, alone, 4, True) / len(alone)}
+        for e in engines:
+            if a.same_process:
+                results[e].append(measure(loaded[e], sources, alone))
+                continue
+            cmd = [sys.executable, __file__, "--worker", e, a.model_dir,
+                   json.dumps(ct2_dirs), str(a.threads), str(data)]
+            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            results[e].append(json.loads(done.stdout.splitlines()[-1]))
+    bulk = {e: min(r["bulk"] for r in results[e]) for e in engines}
+    ms = {(e, k): 1e3 * min(median(r[str(k)] if str(k) in r else r[k]) for r in results[e])
+          for e in engines for k in (1, 4)}
+    rate, rate16 = gemm_rate(), gemm_rate(torch.bfloat16)
+    flops = {"bulk": decode_flops(a.model_dir, sources, 4, False) / len(sources),
+             1: decode_flops(a.model_dir, alone, 1, True) / len(alone),
+             4: decode_flops(a.model_dir, alone, 4, True) / len(alone)}
     floor = {k: f / rate for k, f in flops.items()}
     print(f"machine: {hardware()}, PyTorch kernels "
           f"{torch.backends.cpu.get_cpu_capability()}, bf16 "
-          f"{'native' if native_bf16('cpu') else 'emulated'} ({a.threads} threads for every "
-          f"engine); torch {torch.__version__}")
-    print(f"fp32 GEMM rate {rate / 1e9:.1f} GFLOP/s, bf16 {gemm_rate(torch.bfloat16) / 1e9:.1f}"
-          f" GFLOP/s; our decoder's GEMM MFLOP per sentence: bulk {flops['bulk'] / 1e6:.0f}, "
-          f"greedy {flops[1] / 1e6:.0f}, beam 4 {flops[4] / 1e6:.0f}")
-    print(f"bulk: {len(sources)} sentences, beam 4, batches of 64; "
-          f"interactive: {len(alone)} sentences one at a time; best of {a.rounds} rounds")
+          f"{'native' if native_bf16('cpu') else 'emulated'}; {a.threads} threads for every "
+          f"engine; torch {torch.__version__}; "
+          f"{'one process' if a.same_process else 'one process per engine and round'}")
+    print(f"fp32 GEMM rate {rate / 1e9:.1f} GFLOP/s, bf16 {rate16 / 1e9:.1f} GFLOP/s; our "
+          f"decoder's GEMM MFLOP per sentence: bulk {flops['bulk'] / 1e6:.0f}, greedy "
+          f"{flops[1] / 1e6:.0f}, beam 4 {flops[4] / 1e6:.0f}")
+    print(f"bulk: {len(sources)} sentences, beam 4, batches of 64; interactive: "
+          f"{len(alone)} sentences one at a time; best of {a.rounds} rounds")
     print()
-    print("| engine | bulk sent/s | bulk vs CT2 fp32 | bulk / GEMM-bound | greedy ms "
-          "| greedy vs CT2 fp32 | beam 4 ms | beam 4 vs CT2 fp32 |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    ref = {k: median(latency["CTranslate2 fp32", k]) for k in (1, 4)}
-    for name in engines:
-        ms = {k: median(latency[name, k]) for k in (1, 4)}
-        print(f"| {name} | {len(sources) / bulk[name]:.1f} "
-              f"| {bulk['CTranslate2 fp32'] / bulk[name]:.2f}× "
-              f"| {bulk[name] / len(sources) / floor['bulk']:.1f}× "
-              f"| {1e3 * ms[1]:.1f} | {ms[1] / ref[1]:.2f}× "
-              f"| {1e3 * ms[4]:.1f} | {ms[4] / ref[4]:.2f}× |")
-    print(f"| GEMM-bound (our FLOPs / fp32 rate) | {1 / floor['bulk']:.1f} | "
-          f"| 1.0× | {1e3 * floor[1]:.1f} | | {1e3 * floor[4]:.1f} | |")
+    print("| engine | bulk sent/s | vs CT2 fp32 | vs CT2 int8 | greedy ms | vs CT2 fp32 "
+          "| vs CT2 int8 | beam 4 ms | vs CT2 fp32 | vs CT2 int8 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ref32, ref8 = "CTranslate2 fp32", "CTranslate2 int8"
+    for e in engines:
+        print(f"| {e} | {len(sources) / bulk[e]:.1f} | {bulk[ref32] / bulk[e]:.2f}× "
+              f"| {bulk[ref8] / bulk[e]:.2f}× "
+              + "".join(f"| {ms[e, k]:.1f} | {ms[e, k] / ms[ref32, k]:.2f}× "
+                        f"| {ms[e, k] / ms[ref8, k]:.2f}× " for k in (1, 4)) + "|")
+    print(f"| GEMM-bound (our FLOPs / fp32 rate) | {1 / floor['bulk']:.1f} | | "
+          f"| {1e3 * floor[1]:.1f} | | | {1e3 * floor[4]:.1f} | | |")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--worker"]:
+        worker(sys.argv[2:])
+    else:
+        main()
