@@ -56,7 +56,7 @@ def measure(run, sources: list, alone: list) -> dict:
             t0 = time.perf_counter()
             run([s], k)
             times.append(time.perf_counter() - t0)
-        out[k] = times
+        out[str(k)] = times                           # JSON's keys are strings
     return out
 
 
@@ -133,7 +133,7 @@ def main(argv=None) -> None:
             done = subprocess.run(cmd, check=True, capture_output=True, text=True)
             results[e].append(json.loads(done.stdout.splitlines()[-1]))
     bulk = {e: min(r["bulk"] for r in results[e]) for e in engines}
-    ms = {(e, k): 1e3 * min(median(r[str(k)] if str(k) in r else r[k]) for r in results[e])
+    ms = {(e, k): 1e3 * min(median(r[str(k)]) for r in results[e])
           for e in engines for k in (1, 4)}
     rate, rate16 = gemm_rate(), gemm_rate(torch.bfloat16)
     flops = {"bulk": decode_flops(a.model_dir, sources, 4, False) / len(sources),
