@@ -40,6 +40,7 @@ class TrainConfig:
     accum_steps: int = 1            # micro-batches per update (per process)
     warmup: int = 4000
     lr_factor: float = 1.0
+    ramp: bool = True               # False: the peak rate from step 1 (chapter 12)
     eps_ls: float = EPS_LS
     clip_norm: float | None = None  # the paper does not clip
     precision: str = "auto"         # bf16 where native, else fp32; or as named
@@ -185,7 +186,7 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
     (or fresh); the run's precision and why."""
     rank, device = world()[0], next(model.parameters()).device
     optimizer, scheduler = make_optimizer(model, model.config.d_model, c.warmup,
-                                          c.lr_factor)
+                                          c.lr_factor, c.ramp)
     found = list_checkpoints(run_dir) if run_dir else []
     precision, why = _run_precision(c, found, device)
     scaler = grad_scaler(device, precision)

@@ -58,24 +58,29 @@ def label_smoothing_loss(log_probs: Tensor, target: Tensor, *, eps_ls: float = E
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 # %% ../nbs/06a_training.ipynb #ff99eb5d
-def lrate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0) -> float:
-    "Learning rate of §5.3, Eq. (3): d_model^-0.5·min(step^-0.5, step·warmup^-1.5)."
+def lrate(step: int, d_model: int, warmup: int = 4000, factor: float = 1.0,
+          ramp: bool = True) -> float:
+    """Learning rate of §5.3, Eq. (3): d_model^-0.5·min(step^-0.5, step·warmup^-1.5).
+    `ramp=False` (not the paper's) holds the peak rate for the first `warmup` steps
+    instead of climbing to it; the decay after the peak is the same."""
     check_number("step", step, 1)        # steps are counted from 1
     check_number("d_model", d_model, 1)
     check_number("warmup", warmup, 1)
     check_number("factor", factor, 0, low_open=True)
+    if not ramp:
+        return factor * d_model ** -0.5 * max(step, warmup) ** -0.5
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
 def make_optimizer(model: nn.Module, d_model: int, warmup: int = 4000,
-                   factor: float = 1.0):
+                   factor: float = 1.0, ramp: bool = True):
     "Adam(β1=0.9, β2=0.98, ε=1e-9) of §5.3, and a scheduler: update n uses lrate(n)."
-    lrate(1, d_model, warmup, factor)     # refuse bad arguments before building
+    lrate(1, d_model, warmup, factor, ramp)     # refuse bad arguments before building
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98),
                                  eps=1e-9)
     # LambdaLR calls the lambda with 0 on construction and with n after n updates
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda n: lrate(n + 1, d_model, warmup, factor))
+        optimizer, lambda n: lrate(n + 1, d_model, warmup, factor, ramp))
     return optimizer, scheduler
 
 # %% ../nbs/06a_training.ipynb #98520cf0

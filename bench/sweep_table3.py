@@ -7,15 +7,19 @@ shares, one line per run with what it changes), expanded by `expand_variants`; t
 function (`run_variant`) is the chapter's own, exported to
 annotated_transformer.lab.ablations: the book shows the code that made its numbers, and
 re-runs a miniature of each experiment with it. Results go to one JSON file after each
-run; runs already there are skipped, so the sweep resumes.
+run; runs already there are skipped, so the sweep resumes. Several sweep processes can
+share one output file (each takes the next run nobody has claimed), one per core:
 
     python bench/sweep_table3.py --data ../shared/data/multi30k \\
         --out bench/results/table3.json --runs runs/ablations
+    python bench/sweep_table3.py --variants bench/table3_paired.json \\
+        --out bench/results/table3_paired.json --runs runs/paired &   # twice
 
 Each run records wall time and process CPU time: the process may be paused by other
 jobs on a shared machine, so CPU time is the budget to compare, beside steps.
 """
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -41,6 +45,37 @@ def git_commit() -> str:
         return "unknown"
 
 
+def claim(run_dir: Path) -> bool:
+    "Take the run at `run_dir` for this process, unless a live process holds it."
+    mark = run_dir.with_suffix(".claim")
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        try:
+            os.kill(int(mark.read_text() or 0), 0)
+            return False                            # its owner is still running
+        except (ProcessLookupError, ValueError):
+            mark.unlink(missing_ok=True)            # left by a process that died
+            return claim(run_dir)
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def record(out: Path, run: dict, meta: dict) -> None:
+    "Append `run` to the JSON file `out`, under a lock: other sweep processes share it."
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = json.loads(out.read_text()) if out.exists() else {"runs": []}
+        done.update(meta)
+        done["runs"].append(run)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(done, indent=1) + "\n")
+        os.replace(tmp, out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", help="folder of the Multi30k text files")
@@ -59,27 +94,25 @@ def main(argv=None) -> int:
     todo = [v for v in variants if v["name"] not in have
             and (not a.only or v["name"] in a.only)]
     data = ablation_data(a.data, out_dir=a.runs)
-    done.update(tokenizer_pieces=data["sp"].get_piece_size(),
+    meta = dict(tokenizer_pieces=data["sp"].get_piece_size(),
                 bleu_sentences=a.bleu_sentences, command=" ".join(sys.argv))
     for v in todo:
         run_dir = a.runs / v["name"]
+        if not claim(run_dir):
+            continue
         shutil.rmtree(run_dir, ignore_errors=True)         # a run starts afresh
         cpu, wall = time.process_time(), time.perf_counter()
         try:
             result = run_variant(v, data, run_dir, a.bleu_sentences)
         except Exception as e:                  # noted, not stored: a rerun retries it
             print(f"{v['name']}: failed: {e!r}", flush=True)
+            run_dir.with_suffix(".claim").unlink(missing_ok=True)
             continue
-        done["runs"].append({**v, **result, "cpu_s": time.process_time() - cpu,
-                             "wall_s": time.perf_counter() - wall,
-                             "hardware": hardware(), "torch": torch.__version__,
-                             "commit": git_commit(), "finished": time.strftime(
-                                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = a.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(done, indent=1) + "\n")
-        os.replace(tmp, a.out)
-        r = done["runs"][-1]
+        r = {**v, **result, "cpu_s": time.process_time() - cpu,
+             "wall_s": time.perf_counter() - wall, "hardware": hardware(),
+             "torch": torch.__version__, "commit": git_commit(),
+             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        record(a.out, r, meta)
         print(f"{v['name']:>32}: val loss {r['val_loss']:.3f} ppl {r['val_ppl']:8.2f} "
               f"BLEU {r.get('val_bleu', float('nan')):5.2f} | {r['steps']} steps "
               f"{r['cpu_s']:6.1f} s CPU {r['wall_s']:6.1f} s wall", flush=True)
