@@ -91,7 +91,7 @@ def available_devices() -> list[str]:
         names.append("mps")
     return names
 
-# %% ../nbs/00_utils.ipynb #97ced57f
+# %% ../nbs/00_utils.ipynb #dfc8dae6
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _BF16_UNITS = {"avx512_bf16": ("AVX-512 BF16", "_is_avx512_bf16_supported"),
                "amx_bf16": ("AMX", "_is_amx_tile_supported")}
@@ -119,7 +119,7 @@ def _cpu_bf16_units() -> list[str]:
             units.append(name)
     return units
 
-
+# %% ../nbs/00_utils.ipynb #bd745905
 def _bf16_support(device) -> tuple[bool, str]:
     "(whether `device` computes bf16 natively, why, in a few words)."
     device = _device(device)
@@ -149,7 +149,7 @@ def native_bf16(device=None) -> bool:
     fp32."""
     return _bf16_support(device)[0]
 
-
+# %% ../nbs/00_utils.ipynb #f8394807
 def resolve_precision(precision: str = "auto", device=None) -> tuple[str, str]:
     """The precision to compute in on `device` and a one-line reason. "auto": bf16
     autocast (Kalamkar et al., 2019: fp32's range, so no loss scaling) where the
@@ -170,7 +170,7 @@ def resolve_precision(precision: str = "auto", device=None) -> tuple[str, str]:
         return "bf16", f"precision bf16, as asked ({_bf16_support(device)[1]})"
     return precision, f"precision {precision}, as asked"
 
-# %% ../nbs/00_utils.ipynb #e9d0e035
+# %% ../nbs/00_utils.ipynb #71fb3499
 def bf16_slowdown(device=None, n: int = 256, repeats: int = 3) -> float:
     """How many times as long an n×n matrix product takes in bf16 as in fp32 on
     `device`, measured now (best of `repeats`): below 1 where bf16 is native (half the
@@ -192,7 +192,7 @@ def bf16_slowdown(device=None, n: int = 256, repeats: int = 3) -> float:
 
     return best(a.bfloat16(), b.bfloat16()) / best(a, b)
 
-
+# %% ../nbs/00_utils.ipynb #a012faea
 _WARNED = set()                               # devices warned about in this process
 
 
