@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from .attention import attention
 
-# %% ../nbs/02_multihead.ipynb #b29e0182
+# %% ../nbs/02_multihead.ipynb #e2f2a84b
 def check_heads(d_model: int, n_heads: int) -> None:
     "A ValueError unless `n_heads` divides `d_model` (§3.2.2: d_k = d_model / h)."
     if isinstance(n_heads, bool) or not isinstance(n_heads, int) or n_heads < 1 \
@@ -19,29 +19,16 @@ def check_heads(d_model: int, n_heads: int) -> None:
                          "(d_k = d_model / n_heads)")
 
 
-class MultiHeadAttention(nn.Module):
-    """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O, d_k = d_v = d_model/h.
+class _HeadProjections(nn.Module):
+    """The linear maps of §3.2.2: [W^Q; W^K; W^V] as one `in_proj`, W^O as `out_proj`,
+    and the split of a projection into h heads of d_k = d_model / h."""
 
-    Call with keyword arguments `query` `(batch, n_q, d_model)`, `key` and `value`
-    `(batch, n_k, d_model)` and an optional bool `mask` broadcastable to
-    `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
-    tensor as query, key and value for self-attention. `cache` (a dict, filled in
-    place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. In eval mode without
-    `keep_weights`, Eq. (1) runs as one fused `scaled_dot_product_attention`.
-    `p_attn_drop`: dropout on the attention weights; `bias=False` drops the
-    projections' biases (the equations').
-    """
-
-    def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
-                 bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True):
         super().__init__()
         check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)     # W^O
-        self.dropout = nn.Dropout(p_attn_drop) if p_attn_drop > 0 else None
-        self.keep_weights, self.weights = False, None
 
     def _split(self, x: Tensor) -> Tensor:
         "(batch, n, h·d_k) → (batch, h, n, d_k)"
@@ -59,6 +46,27 @@ class MultiHeadAttention(nn.Module):
         if key is value:                     # cross-attention: keys, values together
             return q, *self._in_proj(key, 1, 3).chunk(2, dim=-1)
         return q, self._in_proj(key, 1, 2), self._in_proj(value, 2, 3)
+
+# %% ../nbs/02_multihead.ipynb #95893431
+class MultiHeadAttention(_HeadProjections):
+    """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O, d_k = d_v = d_model/h.
+
+    Call with keyword arguments `query` `(batch, n_q, d_model)`, `key` and `value`
+    `(batch, n_k, d_model)` and an optional bool `mask` broadcastable to
+    `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
+    tensor as query, key and value for self-attention. `cache` (a dict, filled in
+    place) enables incremental decoding. Set `keep_weights = True` to keep the last
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. In eval mode without
+    `keep_weights`, Eq. (1) runs as one fused `scaled_dot_product_attention`.
+    `p_attn_drop`: dropout on the attention weights; `bias=False` drops the
+    projections' biases (the equations').
+    """
+
+    def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
+                 bias: bool = True):
+        super().__init__(d_model, n_heads, bias)
+        self.dropout = nn.Dropout(p_attn_drop) if p_attn_drop > 0 else None
+        self.keep_weights, self.weights = False, None
 
     def forward(self, *, query: Tensor, key: Tensor, value: Tensor,
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
