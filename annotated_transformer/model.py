@@ -18,19 +18,7 @@ from .embeddings import (MAX_LEN, P_DROP, Embeddings,
 from .layers import DecoderLayer, EncoderLayer, activation_class
 from .utils import check_number
 
-# %% ../nbs/05_model.ipynb #9825cf8b
-_PRESETS = {
-    "base": dict(),                   # the defaults: Table 3's base model
-    "big": dict(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
-    "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2),
-    # the copy-task model of chapters 6 and 7
-    "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, max_len=64),
-    # the English-German model of chapter 9
-    "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
-                     p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
-}
-
-
+# %% ../nbs/05_model.ipynb #4fad55cc
 @dataclasses.dataclass
 class TransformerConfig:
     """Hyper-parameters with the paper's names; the defaults are the base model of
@@ -73,7 +61,19 @@ class TransformerConfig:
                              f"fields are {fields}")
         return cls(**{**_PRESETS[name], **overrides})
 
-# %% ../nbs/05_model.ipynb #80dd035d
+# %% ../nbs/05_model.ipynb #1b81de45
+_PRESETS = {
+    "base": dict(),                   # the defaults: Table 3's base model
+    "big": dict(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
+    "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2),
+    # the copy-task model of chapters 6 and 7
+    "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, max_len=64),
+    # the English-German model of chapter 9
+    "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
+                     p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
+}
+
+# %% ../nbs/05_model.ipynb #782fd502
 def _layer_args(c: TransformerConfig) -> dict:
     return dict(d_model=c.d_model, n_heads=c.n_heads, d_ff=c.d_ff, p_drop=c.p_drop,
                 p_attn_drop=c.p_attn_drop, p_ff_drop=c.p_ff_drop,
@@ -95,7 +95,7 @@ class Encoder(nn.Module):
             x = layer(x, mask=mask)
         return x if self.norm is None else self.norm(x)
 
-
+# %% ../nbs/05_model.ipynb #a56a64a4
 class Decoder(nn.Module):
     """The decoder of §3.1: `n_layers` `DecoderLayer`s in `.layers`, then a LayerNorm
     only for Pre-LN. `forward(x, memory, *, src_mask, tgt_mask, cache)` →
@@ -127,7 +127,7 @@ class Generator(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         return torch.log_softmax(super().forward(x), dim=-1)
 
-# %% ../nbs/05_model.ipynb #631e7a6b
+# %% ../nbs/05_model.ipynb #c7928903
 def _check_tokens(name: str, t, vocab_size: int | None = None) -> None:
     "Integer ids `(batch, seq_len)`; with `vocab_size`, in range (reads the values)."
     if not (isinstance(t, Tensor) and t.dim() == 2
@@ -155,7 +155,7 @@ def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
     raise ValueError(f"{name} must be a bool tensor of shape ({batch} or 1, "
                      f"{n_q} or 1, {n_k}) (True = may attend), got a {got}")
 
-
+# %% ../nbs/05_model.ipynb #215358ab
 def _check_pair(src, tgt) -> None:
     _check_tokens("src", src)
     _check_tokens("tgt", tgt)
