@@ -14,7 +14,7 @@ from .formats import BOS_ID, EOS_ID, PAD_ID
 from .attention import padding_mask, subsequent_mask
 from .utils import check_number
 
-# %% ../nbs/06_batching.ipynb #0adb4832
+# %% ../nbs/06_batching.ipynb #b782664b
 @dataclass
 class Batch:
     "Model inputs from id pairs; masks are bool with `True` = may attend (chapter 1)."
@@ -35,7 +35,7 @@ def _pad(seqs, pad_id: int) -> Tensor:
     seqs = [torch.as_tensor(s, dtype=torch.long) for s in seqs]
     return nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad_id)
 
-
+# %% ../nbs/06_batching.ipynb #bafdff2c
 def make_batch(pairs, pad_id: int = PAD_ID, bos_id: int = BOS_ID,
                eos_id: int = EOS_ID) -> Batch:
     "Pad `(src_ids, tgt_ids)` pairs into a `Batch`; the target gets `<BOS>`/`<EOS>`."
