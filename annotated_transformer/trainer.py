@@ -31,7 +31,23 @@ from .checkpoints import (checkpoint_dir, list_checkpoints,
                                                load_checkpoint, save_checkpoint,
                                                state_from_json)
 
-# %% ../nbs/06c_trainer.ipynb #eb00e5f8
+# %% ../nbs/06c_trainer.ipynb #4e92bc35
+def _check_settings(c) -> None:
+    "A ValueError naming the first setting of `c` (a `TrainConfig`) that cannot work."
+    for name in ("steps", "max_tokens", "accum_steps", "warmup", "log_every",
+                 "eval_every", "save_every", "keep_last"):
+        check_number(name, getattr(c, name), 1)
+    check_number("lr_factor", c.lr_factor, 0, low_open=True)
+    check_number("eps_ls", c.eps_ls, 0, 1)
+    if c.clip_norm is not None:
+        check_number("clip_norm", c.clip_norm, 0, low_open=True)
+    if c.precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
+                         f"got {c.precision!r}")
+    for name in ("bos_id", "eos_id"):
+        check_number(name, getattr(c, name), 0)
+
+# %% ../nbs/06c_trainer.ipynb #d5e31981
 @dataclass
 class TrainConfig:
     "Settings of `train`; the optimizer and loss defaults are the paper's (§5.3, §5.4)."
@@ -54,18 +70,7 @@ class TrainConfig:
     progress: bool = True           # a tqdm progress bar on stderr (rank 0 only)
 
     def __post_init__(self):
-        for name in ("steps", "max_tokens", "accum_steps", "warmup", "log_every",
-                     "eval_every", "save_every", "keep_last"):
-            check_number(name, getattr(self, name), 1)
-        check_number("lr_factor", self.lr_factor, 0, low_open=True)
-        check_number("eps_ls", self.eps_ls, 0, 1)
-        if self.clip_norm is not None:
-            check_number("clip_norm", self.clip_norm, 0, low_open=True)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
-                             f"got {self.precision!r}")
-        for name in ("bos_id", "eos_id"):
-            check_number(name, getattr(self, name), 0)
+        _check_settings(self)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":
@@ -153,7 +158,7 @@ def _micro_batches(stream, pairs, c: TrainConfig, state: dict, pad_id: int, devi
     return [make_batch([pairs[i] for i in idx], pad_id, c.bos_id, c.eos_id).to(device)
             for _, _, idx in mine]
 
-# %% ../nbs/06c_trainer.ipynb #153dd4e9
+# %% ../nbs/06c_trainer.ipynb #074e1230
 def _saved_precision(checkpoint: Path) -> str | None:
     "The concrete precision a checkpoint's run computed in (None: not recorded)."
     try:
@@ -180,7 +185,7 @@ def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str 
         warn_if_emulated(precision, device, stacklevel=4)
     return precision, why
 
-
+# %% ../nbs/06c_trainer.ipynb #bd040a0f
 def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
     """Optimizer, scheduler, scaler and loop state, from `run_dir`'s last checkpoint
     (or fresh); the run's precision and why."""
@@ -200,7 +205,7 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
         _truncate_metrics(run_dir / METRICS_FILE, state["step"])   # to be redone
     return optimizer, scheduler, scaler, state, precision, why
 
-
+# %% ../nbs/06c_trainer.ipynb #3e470bb0
 def _save(run_dir: Path, model, optimizer, scheduler, scaler, state: dict,
           keep_last: int) -> Path:
     "Checkpoint `state['step']`: rank 0 writes it and deletes all but the last few."
@@ -219,20 +224,33 @@ def _ask_hook(on_checkpoint, step: int, path: Path, device) -> bool:
         return False
     return rank0_decides(on_checkpoint(step, path) is True, device)
 
-# %% ../nbs/06c_trainer.ipynb #b8bf2ebb
-def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
-          run_dir=None, on_checkpoint=None) -> list[dict]:
-    """Train on `(src_ids, tgt_ids)` pairs for `config.steps` updates; returns the
-    metrics. With `run_dir`: log, checkpoint and resume there, calling
-    `on_checkpoint(step, path)` after each checkpoint (`True`: stop). Under
-    torch.distributed (`init_distributed`, page 0b) the model is wrapped in
-    DDP. The precision
-    is resolved once, at the start ("auto": chapter 0), or kept from the run resumed."""
+# %% ../nbs/06c_trainer.ipynb #df635dac
+def _check_train_args(train_pairs, run_dir, on_checkpoint) -> None:
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one pair, got none")
     if on_checkpoint is not None and run_dir is None:
         raise ValueError("on_checkpoint needs a run_dir: it is called after "
                          "checkpoints")
+
+
+def _data(train_pairs, valid_pairs, c: TrainConfig, state: dict, pad_id: int):
+    "The stream of training batches from where `state` stands, the held-out batches."
+    sampler = TokenBatchSampler(pair_lengths(train_pairs), c.max_tokens, seed=c.seed)
+    stream = _batch_stream(sampler, state["epoch"], state["index"])
+    valid = (fixed_batches(valid_pairs, c.max_tokens, pad_id, c.bos_id, c.eos_id)
+             if valid_pairs else None)
+    return stream, valid
+
+# %% ../nbs/06c_trainer.ipynb #08ec46c0
+def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
+          run_dir=None, on_checkpoint=None) -> list[dict]:
+    """Train on `(src_ids, tgt_ids)` pairs for `config.steps` updates; returns the
+    metrics. With `run_dir`: log, checkpoint and resume there, calling
+    `on_checkpoint(step, path)` after each checkpoint (`True`: stop). Under
+    torch.distributed (`init_distributed`, page 0b) the model is wrapped in DDP.
+    The precision is resolved once, at the start ("auto": chapter 0), or kept on
+    resuming."""
+    _check_train_args(train_pairs, run_dir, on_checkpoint)
     c, (rank, size) = config, world()
     device, pad_id = next(model.parameters()).device, model.config.pad_id
     run_dir = Path(run_dir) if run_dir else None
@@ -241,10 +259,7 @@ def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
     c = replace(c, precision=precision)      # concrete: checkpoints record it
     if why and c.progress and rank == 0:
         tqdm.write(why, file=sys.stderr)
-    sampler = TokenBatchSampler(pair_lengths(train_pairs), c.max_tokens, seed=c.seed)
-    stream = _batch_stream(sampler, state["epoch"], state["index"])
-    valid = (fixed_batches(valid_pairs, c.max_tokens, pad_id, c.bos_id, c.eos_id)
-             if valid_pairs else None)
+    stream, valid = _data(train_pairs, valid_pairs, c, state, pad_id)
     net = model if size == 1 else DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
     bar = tqdm(total=c.steps, initial=state["step"], disable=not c.progress or rank > 0)
