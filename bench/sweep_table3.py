@@ -47,7 +47,7 @@ def git_commit() -> str:
 
 def claim(run_dir: Path) -> bool:
     "Take the run at `run_dir` for this process, unless a live process holds it."
-    mark = run_dir.with_suffix(".claim")
+    mark = run_dir.parent / f"{run_dir.name}.claim"      # names may hold dots
     mark.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
             result = run_variant(v, data, run_dir, a.bleu_sentences)
         except Exception as e:                  # noted, not stored: a rerun retries it
             print(f"{v['name']}: failed: {e!r}", flush=True)
-            run_dir.with_suffix(".claim").unlink(missing_ok=True)
+            (run_dir.parent / f"{run_dir.name}.claim").unlink(missing_ok=True)
             continue
         r = {**v, **result, "cpu_s": time.process_time() - cpu,
              "wall_s": time.perf_counter() - wall, "hardware": hardware(),
