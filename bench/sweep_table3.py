@@ -93,6 +93,7 @@ def main(argv=None) -> int:
     variants = expand_variants(json.loads(a.variants.read_text()))
     todo = [v for v in variants if v["name"] not in have
             and (not a.only or v["name"] in a.only)]
+    commit = git_commit()                 # the code this process runs, read once
     data = ablation_data(a.data, out_dir=a.runs)
     meta = dict(tokenizer_pieces=data["sp"].get_piece_size(),
                 bleu_sentences=a.bleu_sentences, command=" ".join(sys.argv))
@@ -110,7 +111,7 @@ def main(argv=None) -> int:
             continue
         r = {**v, **result, "cpu_s": time.process_time() - cpu,
              "wall_s": time.perf_counter() - wall, "hardware": hardware(),
-             "torch": torch.__version__, "commit": git_commit(),
+             "torch": torch.__version__, "commit": commit,
              "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         record(a.out, r, meta)
         print(f"{v['name']:>32}: val loss {r['val_loss']:.3f} ppl {r['val_ppl']:8.2f} "
