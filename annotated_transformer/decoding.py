@@ -32,7 +32,7 @@ def decode_step(model: nn.Module, memory: Tensor, src_mask: Tensor, tokens: Tens
                               check=False)
     return model.generator(hidden[:, -1:])[:, 0]
 
-# %% ../nbs/07_decoding.ipynb #1b157542
+# %% ../nbs/07_decoding.ipynb #694898f3
 BEAM_SIZE = 4       # §6.1: "beam search with a beam size of 4
 LENGTH_ALPHA = 0.6  # and length penalty α = 0.6"
 MAX_LEN_A = 1       # output of at most MAX_LEN_A * input length + MAX_LEN_B tokens:
@@ -64,7 +64,7 @@ def _prepare(model: nn.Module, src: Tensor, src_mask: Tensor | None, max_len_a: 
                          f"max_len={table}: lower max_len_a or max_len_b")
     return model.encode(src, src_mask=src_mask), src_mask, limit
 
-
+# %% ../nbs/07_decoding.ipynb #538ce758
 def _restrict(logp: Tensor, step: int, model: nn.Module, bos_id: int, eos_id: int,
               min_len: int) -> Tensor:
     "Forbid padding and BOS as outputs, and EOS at steps 1..min_len (in place)."
@@ -129,7 +129,7 @@ def _best_reachable(live_best: Tensor, step: int, limit: Tensor,
     reach = torch.stack([torch.full_like(limit, step + 1), limit]).to(live_best)
     return live_best / length_penalty(reach, alpha).amax(dim=0)
 
-# %% ../nbs/07_decoding.ipynb #25394d90
+# %% ../nbs/07_decoding.ipynb #249b5c81
 def reorder_cache(cache: list[dict], index: Tensor,
                   parts: tuple = ("self", "cross")) -> None:
     "Keep rows `index` (a long tensor) of the cached keys and values of `parts`."
@@ -154,7 +154,7 @@ def _keep(keep: Tensor, K: int, cache: list | None, rows: Tensor, *per_sentence,
     return (*(t[keep] for t in per_sentence), memory.index_select(0, sentence_rows),
             src_mask.index_select(0, sentence_rows))
 
-
+# %% ../nbs/07_decoding.ipynb #02a70f81
 def _merge_finished(scores: Tensor, tokens: Tensor, new_scores: Tensor,
                     prefixes: Tensor, beam: Tensor, tok: Tensor,
                     pad: int) -> tuple[Tensor, Tensor]:
@@ -170,6 +170,35 @@ def _merge_finished(scores: Tensor, tokens: Tensor, new_scores: Tensor,
     scores, keep = torch.cat([scores, new_scores], dim=1).topk(K, dim=1)
     tokens = torch.cat([tokens, new_tokens], dim=1)             # (B, K + 2K, steps)
     return scores, tokens.gather(1, keep[:, :, None].expand(-1, -1, steps))
+
+# %% ../nbs/07_decoding.ipynb #574eef61
+def _candidates(live: Tensor, logp: Tensor, step: int, limit: Tensor, eos_id: int,
+                alpha: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The best 2K extensions of each sentence's K beams: raw scores `top`, the beam
+    and the token of each `(b, 2K)`, best first, and the normalised scores of those
+    that finish (EOS, or the length limit, among the best K), -inf for the others.
+    `live` `(b, K)`: the beams' raw scores; `logp` `(b·K, V)`: the next token's."""
+    (b, K), V = live.shape, logp.size(-1)
+    cand = (live[:, :, None] + logp.view(b, K, V)).view(b, K * V)
+    top, idx = cand.topk(2 * K, dim=1)                    # (b, 2K), best first
+    beam, tok = idx // V, idx % V
+    ends = ((tok == eos_id) | (step >= limit)[:, None]) & (top > -math.inf)
+    ends[:, K:] = False                                   # only the best K finish
+    return top, beam, tok, torch.where(ends, top / length_penalty(step, alpha),
+                                       -math.inf)
+
+
+def _extend(tokens: Tensor, beam: Tensor, tok: Tensor, pick: Tensor,
+            keep: Tensor) -> tuple[Tensor, Tensor]:
+    """The next beams of the sentences `keep` `(b',)`: the rows `(b', K)` of the
+    prefixes `tokens` `(b·K, step)` they continue (candidates `pick` `(b, K)` of
+    `beam`, `tok`), and those prefixes with their new tokens `(b'·K, step + 1)`."""
+    b, K = pick.shape
+    first_row = torch.arange(b, device=pick.device)[:, None] * K
+    rows = (first_row + beam.gather(1, pick))[keep]         # (b', K)
+    tokens = torch.cat([tokens.index_select(0, rows.view(-1)),
+                        tok.gather(1, pick)[keep].view(-1, 1)], dim=1)
+    return rows, tokens
 
 # %% ../nbs/07_decoding.ipynb #a4bd34a0
 @torch.no_grad()
@@ -203,17 +232,10 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
         out_scores, out_tokens = fin_scores.clone(), fin_tokens.clone()
         order = torch.arange(B, device=dev)    # the sentences still searched, (b,)
         for step in range(1, steps + 1):
-            b = order.numel()
             logp = decode_step(model, memory, src_mask, tokens, cache)
             logp = _restrict(logp, step, model, bos_id, eos_id, min_len)
-            V = logp.size(-1)
-            cand = (live[:, :, None] + logp.view(b, K, V)).view(b, K * V)
-            top, idx = cand.topk(2 * K, dim=1)                # (b, 2K), best first
-            beam, tok = idx // V, idx % V
-            # among the best K: EOS ends a hypothesis, and so does the length limit
-            ends = ((tok == eos_id) | (step >= limit)[:, None]) & (top > -inf)
-            ends[:, K:] = False
-            new_scores = torch.where(ends, top / length_penalty(step, alpha), -inf)
+            top, beam, tok, new_scores = _candidates(live, logp, step, limit, eos_id,
+                                                     alpha)
             fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, new_scores,
                                                      tokens, beam, tok, pad)
             # the best K candidates without EOS form the next beam
@@ -227,13 +249,9 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
             if done.all():
                 break
             keep = (~done).nonzero()[:, 0]     # finished sentences leave the batch
-            first_row = torch.arange(b, device=dev)[:, None] * K
-            rows = (first_row + beam.gather(1, pick))[keep]     # (b', K)
-            tokens = torch.cat([tokens.index_select(0, rows.view(-1)),
-                                tok.gather(1, pick)[keep].view(-1, 1)], dim=1)
+            rows, tokens = _extend(tokens, beam, tok, pick, keep)
             order, live, limit, fin_scores, fin_tokens, memory, src_mask = _keep(
                 keep, K, cache, rows, order, live, limit, fin_scores, fin_tokens,
                 memory=memory, src_mask=src_mask)
         length = int((out_tokens[:, :n_best] != pad).sum(-1).max())  # longest returned
         return out_tokens[:, :n_best, :length], out_scores[:, :n_best]
-
