@@ -52,7 +52,7 @@ def normalize_line(line: str) -> str:
     line = unicodedata.normalize("NFKC", line).translate(_ZERO_WIDTH)
     return " ".join(line.split())
 
-# %% ../nbs/08_data.ipynb #fad7d38a
+# %% ../nbs/08_data.ipynb #ffeb7a5b
 @contextlib.contextmanager
 def _quiet_datasets():
     "Silence `datasets`' progress bars and logs inside the block; restore them after."
@@ -70,7 +70,7 @@ def _quiet_datasets():
             datasets.enable_progress_bars()
         datasets.logging.set_verbosity(level)
 
-
+# %% ../nbs/08_data.ipynb #f722f72b
 def _load_local(folder: Path, langs, splits):
     files = {s: {lang: folder / f"{MULTI30K_SPLITS[s]}.{lang}" for lang in langs}
              for s in splits}
@@ -138,7 +138,7 @@ def load_multi30k(path=None, langs=("en", "de"), splits=tuple(MULTI30K_SPLITS)):
     with _quiet_datasets():
         return ds.map(_normalize_batch, batched=True)
 
-# %% ../nbs/08_data.ipynb #99aa10da
+# %% ../nbs/08_data.ipynb #0f3bed2f
 _MODEL_TYPES = ("bpe", "unigram", "char", "word")
 
 
@@ -148,6 +148,21 @@ def _columns(split) -> list[str]:
     return list(split.keys() if names is None else names)
 
 
+def _check_tokenizer_args(columns, vocab_size, langs, model_type) -> None:
+    "A ValueError, before sentencepiece runs, for arguments it cannot train with."
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) \
+            or vocab_size <= len(SPECIAL_PIECES):
+        raise ValueError(f"vocab_size must be an integer of at least "
+                         f"{len(SPECIAL_PIECES) + 1} ({len(SPECIAL_PIECES)} special "
+                         f"pieces and one more), got {vocab_size!r}")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"model_type must be one of {_MODEL_TYPES}, "
+                         f"got {model_type!r}")
+    if isinstance(langs, str) or not langs or not set(langs) <= set(columns):
+        raise ValueError(f"langs must name columns of the training split {columns}, "
+                         f"got {langs!r}")
+
+# %% ../nbs/08_data.ipynb #89d72a30
 def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
                     model_type: str = "bpe", name: str | None = None) -> Path:
     """Train one sentencepiece vocabulary shared by all `langs` (§5.1; tying, §3.4).
@@ -159,18 +174,7 @@ def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
     spm = optional_import("sentencepiece", "data")
     if isinstance(train, dict) and "train" in train:  # a DatasetDict: train split only
         train = train["train"]
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) \
-            or vocab_size <= len(SPECIAL_PIECES):
-        raise ValueError(f"vocab_size must be an integer of at least "
-                         f"{len(SPECIAL_PIECES) + 1} ({len(SPECIAL_PIECES)} special "
-                         f"pieces and one more), got {vocab_size!r}")
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {_MODEL_TYPES}, "
-                         f"got {model_type!r}")
-    columns = _columns(train)
-    if isinstance(langs, str) or not langs or not set(langs) <= set(columns):
-        raise ValueError(f"langs must name columns of the training split {columns}, "
-                         f"got {langs!r}")
+    _check_tokenizer_args(_columns(train), vocab_size, langs, model_type)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = name or f"multi30k_{'_'.join(langs)}_{model_type}{vocab_size}"
