@@ -123,11 +123,66 @@ def _search(model: Transformer, rows: list[list[int]], device, precision: str,
             tokens = tokens[:, 0]                              # the best of n_best
     return tokens.cpu()
 
-# %% ../nbs/09b_translator.ipynb #d8cb9276
+# %% ../nbs/09b_translator.ipynb #579eeec1
 BATCH_SIZE = 64                   # sentences translated together, by default
 TRANSLATE_PRECISIONS = ("auto", "fp32", "bf16", "int8")  # and fp16, on CUDA
 
 
+def _decoding_precision(asked: str, device, said: set, progress: bool) -> str:
+    """The concrete precision for `asked` on `device`. With `progress`, the choice of
+    "auto" is said once per device (`said` holds those); emulated bf16 warns."""
+    if asked == "int8":
+        if device.type != "cpu":
+            raise ValueError(f"precision int8 runs on the CPU, not on {device}")
+        return asked
+    precision, why = resolve_precision(asked, device)
+    if progress and asked == "auto" and str(device) not in said:
+        said.add(str(device))
+        tqdm.write(why, file=sys.stderr)
+    warn_if_emulated(precision, device, stacklevel=4)   # once per device
+    return precision
+
+
+def _decoding_model(model: Transformer, precision: str, device,
+                    kept: dict) -> Transformer:
+    """The model that decodes in `precision` on `device`: `model`, or its bf16 or
+    int8 copy (chapter 7a), made at the first use and kept in `kept`."""
+    model = model.to(device)
+    if precision not in ("bf16", "int8"):
+        return model
+    key = (precision, str(device))
+    if key not in kept:
+        convert = quantize_int8 if precision == "int8" else bf16_weights
+        kept[key] = convert(model)
+    return kept[key]
+
+# %% ../nbs/09b_translator.ipynb #a8973156
+def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: str,
+                      beam_size: int, alpha: float, max_len_b: int, batch_size: int,
+                      progress: bool) -> list[str]:
+    """Translations of `sentences`, searched in batches of `batch_size` sentences of
+    similar length and returned in the input's order; "" for a blank one."""
+    if beam_size < 1 or batch_size < 1:
+        raise ValueError(f"beam_size and batch_size must be at least 1, got "
+                         f"{beam_size} and {batch_size}")
+    ids = encode_sources(sp, sentences, model.config.max_len, max_len_b)
+    order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: len(ids[i]))
+    out = [""] * len(ids)
+    # inference mode: no autograd bookkeeping at all, less work per operation; the
+    # model itself is moved and converted outside it, so it can still be trained
+    with eval_mode(model), torch.inference_mode(), tqdm(
+            total=len(order), unit="sentence", file=sys.stderr,
+            disable=not progress) as bar:
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            found = _search(model, [ids[i] for i in rows], device, precision,
+                            beam_size, alpha, max_len_b)
+            for i, t in zip(rows, found):
+                out[i] = decode_ids(sp, t)          # up to EOS (chapter 8)
+            bar.update(len(rows))
+    return out
+
+# %% ../nbs/09b_translator.ipynb #b29a7863
 class Translator:
     """A trained Transformer and its sentencepiece model: `translate` sentences,
     `save_pretrained(directory)`, `Translator.from_pretrained(directory, URL, name)`."""
@@ -141,6 +196,7 @@ class Translator:
         self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
         self.directory = None        # the model directory from_pretrained read
         self._converted = {}         # (precision, device) -> the model converted once
+        self._said = set()           # devices where the choice of "auto" was said
 
     def save_pretrained(self, directory, dtype=None, extra_files=()) -> Path:
         "`save_model_dir` with this translator's languages and notes."
@@ -157,31 +213,6 @@ class Translator:
         translator.directory = meta["directory"]
         return translator
 
-    def _precision(self, asked: str, device, progress: bool) -> str:
-        "The concrete precision: said once (with `progress`); emulated bf16 warns."
-        if asked == "int8":
-            if device.type != "cpu":
-                raise ValueError(f"precision int8 runs on the CPU, not on {device}")
-            return asked
-        precision, why = resolve_precision(asked, device)
-        said = self.__dict__.setdefault("_precisions_said", set())
-        if progress and asked == "auto" and str(device) not in said:
-            said.add(str(device))
-            tqdm.write(why, file=sys.stderr)
-        warn_if_emulated(precision, device, stacklevel=4)   # once per device
-        return precision
-
-    def _model_for(self, precision: str, device) -> Transformer:
-        "The model that decodes in `precision` on `device` (chapter 7a's, kept)."
-        model = self.model.to(device)
-        if precision not in ("bf16", "int8"):
-            return model
-        key = (precision, str(device))
-        if key not in self._converted:
-            convert = quantize_int8 if precision == "int8" else bf16_weights
-            self._converted[key] = convert(model)
-        return self._converted[key]
-
     def translate(self, sentences, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   device=None, precision: str = "auto", max_len_b: int = MAX_LEN_B,
@@ -193,30 +224,14 @@ class Translator:
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size, alpha, batch_size, device,
                                   precision, max_len_b)[0]
-        if beam_size < 1 or batch_size < 1:
-            raise ValueError(f"beam_size and batch_size must be at least 1, got "
-                             f"{beam_size} and {batch_size}")
         device = (torch.device(device) if device
                   else next(self.model.parameters()).device)
-        precision = self._precision(precision, device, progress)
-        model = self._model_for(precision, device)
-        ids = encode_sources(self.sp, sentences, model.config.max_len, max_len_b)
-        order = sorted((i for i in range(len(ids)) if ids[i]),
-                       key=lambda i: len(ids[i]))
-        out = [""] * len(ids)
-        # inference mode: no autograd bookkeeping at all, less work per operation; the
-        # model itself is moved and converted outside it, so it can still be trained
-        with eval_mode(model), torch.inference_mode(), tqdm(
-                total=len(order), unit="sentence", file=sys.stderr,
-                disable=not progress) as bar:
-            for start in range(0, len(order), batch_size):
-                rows = order[start:start + batch_size]
-                found = _search(model, [ids[i] for i in rows], device, precision,
-                                beam_size, alpha, max_len_b)
-                for i, t in zip(rows, found):
-                    out[i] = decode_ids(self.sp, t)          # up to EOS (chapter 8)
-                bar.update(len(rows))
-        return out
+        precision = _decoding_precision(precision, device, self._said, progress)
+        model = _decoding_model(self.model, precision, device, self._converted)
+        return _translate_sorted(model, self.sp, sentences, device=device,
+                                 precision=precision, beam_size=beam_size, alpha=alpha,
+                                 max_len_b=max_len_b, batch_size=batch_size,
+                                 progress=progress)
 
 # %% ../nbs/09b_translator.ipynb #3eddbef7
 def corpus_bleu(hypotheses: list[str], references: list[str]):
