@@ -154,7 +154,7 @@ class _OnCheckpoint:
         stretch, self.last = time.perf_counter() - self.last, time.perf_counter()
         return bool(r.max_minutes) and (record["wall"] + stretch) / 60 > r.max_minutes
 
-# %% ../nbs/09c_recipe.ipynb #4d97b10d
+# %% ../nbs/09c_recipe.ipynb #d739ac45
 def _open_run(r: TranslationRecipe, model_dir: Path,
               device) -> tuple[TranslationRecipe, str]:
     """Fix the run's precision and check a run already in `model_dir` against `r`
@@ -178,7 +178,7 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
         saved.write_text(json.dumps(r.to_dict(), indent=1) + "\n")
     return r, why
 
-
+# %% ../nbs/09c_recipe.ipynb #c7b336f5
 def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     "The tokenizer (trained by rank 0 unless it is there) and the encoded pairs."
     langs = (r.src_lang, r.tgt_lang)
@@ -195,7 +195,7 @@ def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     val = tuple(list(ds["validation"][lang]) for lang in langs)
     return sp, train_pairs, valid_pairs, val
 
-
+# %% ../nbs/09c_recipe.ipynb #85476a33
 def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: tuple,
             t0: float, train_minutes: float, progress: bool, why: str) -> None:
     "Rank 0: choose the checkpoint average, write the model directory with notes."
