@@ -48,7 +48,7 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text!r}")
     return int(text)
 
-# %% ../nbs/09f_cli.ipynb #2e19adf4
+# %% ../nbs/09f_cli.ipynb #1a1af89a
 _MODEL_HELP = ("a model directory (from train), the http(s) URL of one, or "
                "multi30k_en_de: the book's model, downloaded once into "
                "$AT_CACHE_DIR (default: ~/.cache/annotated_transformer)")
@@ -72,7 +72,7 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
-
+# %% ../nbs/09f_cli.ipynb #73260589
 def _train_parser(sub) -> None:
     t = sub.add_parser("train", help="train a model on Multi30k (resumable)",
                        description="Train a translation model on Multi30k into a model "
@@ -98,7 +98,7 @@ def _train_parser(sub) -> None:
                    help="CPU threads for PyTorch")
     t.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
-# %% ../nbs/09f_cli.ipynb #895a2b3e
+# %% ../nbs/09f_cli.ipynb #4729bd9b
 def _model_command(sub, name: str, help: str, description: str):
     "A subcommand that loads a model: `--model-dir` here, the rest from the caller."
     p = sub.add_parser(name, help=help, description=description)
@@ -130,7 +130,7 @@ def _evaluate_parser(sub) -> None:
                          "the decoding options")
     _decoding_options(ev)
 
-
+# %% ../nbs/09f_cli.ipynb #dbba497b
 def _export_parser(sub) -> None:
     ex = _model_command(sub, "export", "convert a model for a deployment engine",
                         "Convert a model directory to a CTranslate2 model directory "
@@ -182,7 +182,7 @@ def _translate(a, translator: Translator, options: dict) -> int:
         write_lines(a.output, [])                          # no input, no lines
     return 0
 
-# %% ../nbs/09f_cli.ipynb #3ff66d2d
+# %% ../nbs/09f_cli.ipynb #8cccf743
 def _evaluate(a, translator: Translator, options: dict) -> int:
     sources, references = read_lines(a.source), read_lines(a.reference)
     if len(sources) != len(references):
@@ -205,7 +205,7 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
         print(signature)
     return 0
 
-
+# %% ../nbs/09f_cli.ipynb #8f28a12a
 def _precision(asked: str, translator: Translator) -> str:
     "The concrete precision on the model's device: said once on stderr if chosen."
     device = next(translator.model.parameters()).device
@@ -221,7 +221,7 @@ def _precision(asked: str, translator: Translator) -> str:
         say(f"warning: {w.message}")
     return precision
 
-
+# %% ../nbs/09f_cli.ipynb #0462a0d5
 def _run(a) -> int:
     if a.command == "export":
         print(export_ctranslate2(a.model_dir, a.output, a.quantization, a.force))
