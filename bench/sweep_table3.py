@@ -70,6 +70,8 @@ def record(out: Path, run: dict, meta: dict) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         done = json.loads(out.read_text()) if out.exists() else {"runs": []}
         done.update(meta)
+        if any(r["name"] == run["name"] for r in done["runs"]):
+            return                              # another process finished it first
         done["runs"].append(run)
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(done, indent=1) + "\n")
@@ -101,6 +103,9 @@ def main(argv=None) -> int:
         run_dir = a.runs / v["name"]
         if not claim(run_dir):
             continue
+        if a.out.exists() and any(r["name"] == v["name"] for r in
+                                  json.loads(a.out.read_text())["runs"]):
+            continue                            # finished since this process started
         shutil.rmtree(run_dir, ignore_errors=True)         # a run starts afresh
         cpu, wall = time.process_time(), time.perf_counter()
         try:

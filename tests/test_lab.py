@@ -111,8 +111,9 @@ def test_the_sweep_is_a_data_file_not_constants_of_the_lab():
     from annotated_transformer.model import TransformerConfig
     from annotated_transformer.trainer import TrainConfig
     assert not [n for n in ablations.__all__ if n.isupper()], ablations.__all__
-    spec = json.loads((ROOT / "bench/table3_variants.json").read_text())
-    runs = ablations.expand_variants(spec)
-    assert len({r["name"] for r in runs}) == len(runs) == len(spec["variants"])
-    for r in runs:                                   # every run can be built
-        TransformerConfig(**r["model"]), TrainConfig(**r["train"])
+    for name in ("table3_variants.json", "table3_paired.json"):
+        spec = json.loads((ROOT / "bench" / name).read_text())
+        runs = ablations.expand_variants(spec)
+        assert len({r["name"] for r in runs}) == len(runs) == len(spec["variants"])
+        for r in runs:                               # every run can be built
+            TransformerConfig(**r["model"]), TrainConfig(**r["train"])

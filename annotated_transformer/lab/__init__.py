@@ -3,20 +3,22 @@
 # %% auto #0
 __all__ = ['copy_task', 'train_copy_model', 'LocalSelfAttention', 'fit_exponent', 'graph_depth', 'restricted_attention',
            'time_layer', 'attention_maps', 'attention_modules', 'attention_weights', 'head_gradients', 'head_mask',
-           'linear_probe', 'expand_variants', 'fit_power_law', 'run_variant']
+           'linear_probe', 'mlp_probe', 'paired_bootstrap', 'expand_variants', 'fit_power_law', 'paired_t',
+           'run_variant']
 
 # %% ../../nbs/98_lab.ipynb #5b1e7c24
 from .copying import copy_task, train_copy_model
 from .complexity import (
     LocalSelfAttention, fit_exponent, graph_depth, restricted_attention, time_layer)
-from annotated_transformer.lab.analysis import (
+from .analysis import (
     attention_maps, attention_modules, attention_weights, head_gradients, head_mask,
-    linear_probe)
+    linear_probe, mlp_probe, paired_bootstrap)
 from .ablations import (
-    expand_variants, fit_power_law, run_variant)
+    expand_variants, fit_power_law, paired_t, run_variant)
 
 # %% ../../nbs/98_lab.ipynb #5b1e7c25
 _all_ = ["copy_task", "train_copy_model", "LocalSelfAttention", "fit_exponent",
          "graph_depth", "restricted_attention", "time_layer", "attention_maps",
          "attention_modules", "attention_weights", "head_gradients", "head_mask",
-         "linear_probe", "expand_variants", "fit_power_law", "run_variant"]
+         "linear_probe", "mlp_probe", "paired_bootstrap", "expand_variants",
+         "fit_power_law", "paired_t", "run_variant"]

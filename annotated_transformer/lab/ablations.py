@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['expand_variants', 'shrink', 'NarrowAttention', 'narrow_heads', 'ablation_data', 'tokens_seen', 'nll_by_position',
-           'length_split_scores', 'val_bleu', 'run_variant', 'fit_power_law']
+           'length_split_scores', 'val_bleu', 'run_variant', 't_cdf', 't_quantile', 'paired_t', 'holm',
+           'ffn_grad_norms', 'fit_power_law']
 
 # %% ../../nbs/12_ablations.ipynb #fe329cad
 import math
@@ -19,7 +20,7 @@ from ..multihead import MultiHeadAttention
 from ..model import TransformerConfig, make_model
 from ..batching import (TokenBatchSampler, fits, fixed_batches,
                                             pair_lengths)
-from ..training import evaluate, lrate
+from ..training import evaluate, label_smoothing_loss, lrate
 from ..trainer import TrainConfig, read_metrics, train
 from ..data import (load_multi30k, load_tokenizer, to_pairs,
                                         train_tokenizer)
@@ -27,7 +28,7 @@ from ..translator import Translator, corpus_bleu
 
 # %% ../../nbs/12_ablations.ipynb #d92d1b90
 def expand_variants(spec: dict) -> list[dict]:
-    """The runs of a sweep definition like `bench/table3_variants.json`: each variant's
+    """The runs of a sweep definition like `bench/table3_paired.json`: each variant's
     fields over its group's over the base's, `model` and `train` merged field by field;
     a `peak_lr` sets `lr_factor` so that Eq. (3) peaks there, at step `warmup`."""
     runs = []
@@ -44,17 +45,20 @@ def expand_variants(spec: dict) -> list[dict]:
 
 # %% ../../nbs/12_ablations.ipynb #4e174d22
 def shrink(v: dict, factor: int = 4, steps: int = 30) -> dict:
-    """A miniature of variant `v` for a quick check of the code path: widths (d_model,
-    d_ff, d_k) divided by `factor`, `steps` updates of 256 tokens, depth and the rest
-    kept."""
+    """A miniature of variant `v` that runs every code path in seconds: widths (d_model,
+    d_ff, d_k) divided by `factor` (d_model kept a multiple of 2·n_heads), `steps`
+    updates of 256 tokens, depth and the rest kept."""
     m, extra = dict(v["model"]), {}
-    m["d_model"], m["d_ff"] = m["d_model"] // factor, m["d_ff"] // factor
+    even = 2 * m["n_heads"]                   # whole heads of even width
+    d_model = max(even, m["d_model"] // factor // even * even)
+    ratio = d_model / m["d_model"]
+    m["d_model"], m["d_ff"] = d_model, m["d_ff"] // factor
     if v.get("d_k"):
         extra["d_k"] = max(1, v["d_k"] // factor)
     every = max(1, steps // 2)
     t = {**v["train"], "steps": steps, "max_tokens": 256, "log_every": 5,
          "eval_every": every, "save_every": every}
-    t["lr_factor"] *= factor ** -0.5    # the same peak rate at the smaller d_model
+    t["lr_factor"] *= ratio ** 0.5      # the same peak rate at the smaller d_model
     return {**v, "model": m, "train": t, **extra}
 
 # %% ../../nbs/12_ablations.ipynb #d854e3e7
@@ -169,7 +173,7 @@ def _curves(metrics: list[dict], points: int) -> dict:
         out[key] = kept + [x for x in xs[-1:] if x not in kept]
     return out
 
-
+# %% ../../nbs/12_ablations.ipynb #f05588bb
 def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
                 points: int = 20) -> dict:
     """Train one variant `{"model": {...}, "train": {...}, "d_k", "cap", "bleu"}`
@@ -205,7 +209,61 @@ def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
         out.update(val_bleu(model, data, bleu_sentences))
     return out
 
-# %% ../../nbs/12_ablations.ipynb #18fccaa7
+# %% ../../nbs/12_ablations.ipynb #00d5c79e
+def t_cdf(t: float, df: int) -> float:
+    "P(T ≤ t) under Student's t with `df` degrees of freedom, by Simpson's rule."
+    c = (math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
+         / math.sqrt(df * math.pi))
+    x = torch.linspace(0, abs(t), 20001, dtype=torch.float64)
+    w = torch.ones_like(x)
+    w[1:-1:2], w[2:-1:2] = 4, 2
+    half = float((w * c * (1 + x * x / df) ** (-(df + 1) / 2)).sum()) * abs(t) / 60000
+    return 0.5 + math.copysign(half, t)
+
+
+def t_quantile(q: float, df: int) -> float:
+    "The t with `t_cdf(t, df) = q`, 0.5 < q < 1, by bisection."
+    low, high = 0.0, 1e3
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_cdf(mid, df) < q else (low, mid)
+    return (low + high) / 2
+
+# %% ../../nbs/12_ablations.ipynb #48ae9b62
+def paired_t(diffs, level: float = 0.95) -> dict:
+    """Mean of paired differences (one per seed), its `level` interval and the two-sided
+    p value of Student's t test that the mean difference is zero."""
+    d = torch.as_tensor(diffs, dtype=torch.float64)
+    if len(d) < 2:
+        raise ValueError(f"need at least 2 paired differences, got {len(d)}")
+    mean, se = d.mean().item(), (d.std() / math.sqrt(len(d))).item()
+    half = t_quantile((1 + level) / 2, len(d) - 1) * se
+    p = 2 * (1 - t_cdf(abs(mean) / se, len(d) - 1)) if se > 0 else float(mean == 0)
+    return {"mean": mean, "low": mean - half, "high": mean + half, "p": p, "n": len(d)}
+
+
+def holm(p: dict) -> dict:
+    "Holm's step-down adjustment of the p values `{name: p}` for their number."
+    adjusted, running = {}, 0.0
+    for i, (name, value) in enumerate(sorted(p.items(), key=lambda kv: kv[1])):
+        running = max(running, min(1.0, (len(p) - i) * value))
+        adjusted[name] = running
+    return adjusted
+
+# %% ../../nbs/12_ablations.ipynb #36885855
+def ffn_grad_norms(model: nn.Module, batch, eps_ls: float = 0.1) -> dict:
+    """Gradient norm of the second feed-forward matrix W_2 of every layer (Xiong et al.,
+    2020, Figure 3) under the label-smoothed loss of `batch`:
+    {"encoder": [...], ...}."""
+    model.zero_grad(set_to_none=True)
+    log_probs = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
+                      tgt_mask=batch.tgt_mask)
+    label_smoothing_loss(log_probs, batch.tgt_out, eps_ls=eps_ls).backward()
+    return {side: [layer.feed_forward.linear2.weight.grad.norm().item()
+                   for layer in getattr(model, side).layers]
+            for side in ("encoder", "decoder")}
+
+# %% ../../nbs/12_ablations.ipynb #6bd9cc47
 def fit_power_law(n, loss, grid: int = 2000) -> dict:
     """Least-squares fit of L(N) = a·N^(−α) + L∞ (Kaplan et al., 2020, Eq. 1.1 with
     an offset): for each L∞ on a grid below min(loss), a straight line through
@@ -216,14 +274,12 @@ def fit_power_law(n, loss, grid: int = 2000) -> dict:
     if len(n) < 3 or len(n) != len(loss):
         raise ValueError(f"need at least 3 (N, L) points of equal count, got "
                          f"{len(n)} and {len(loss)}")
-    x, best = n.log(), None
-    for l_inf in torch.linspace(0, float(loss.min()), grid + 1,
-                                dtype=torch.float64)[:-1]:
-        y = (loss - l_inf).log()
-        slope, intercept = torch.linalg.lstsq(
-            torch.stack([x, torch.ones_like(x)], 1), y.unsqueeze(1)).solution.squeeze(1)
-        err = float(((intercept.exp() * n ** slope + l_inf - loss) ** 2).sum())
-        if best is None or err < best["sse"]:
-            best = {"a": float(intercept.exp()), "alpha": float(-slope),
-                    "l_inf": float(l_inf), "sse": err}
-    return best
+    l_inf = torch.linspace(0, float(loss.min()), grid + 1, dtype=torch.float64)[:-1]
+    x, y = n.log(), (loss - l_inf[:, None]).log()            # y: (grid, points)
+    slope = ((x - x.mean()) * y).sum(1) / ((x - x.mean()) ** 2).sum()
+    intercept = y.mean(1) - slope * x.mean()
+    err = ((intercept.exp()[:, None] * n ** slope[:, None] + l_inf[:, None] - loss)
+           ** 2).sum(1)
+    i = int(err.argmin())
+    return {"a": float(intercept[i].exp()), "alpha": float(-slope[i]),
+            "l_inf": float(l_inf[i]), "sse": float(err[i])}

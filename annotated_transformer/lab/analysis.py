@@ -2,7 +2,8 @@
 
 # %% auto #0
 __all__ = ['KINDS', 'attention_modules', 'attention_weights', 'attention_maps', 'head_mask', 'sentence_nll', 'head_gradients',
-           'offset_share', 'entropy_bits', 'monotonicity', 'linear_probe', 'control_labels']
+           'bleu_stats', 'bleu_of', 'paired_bootstrap', 'interval', 'offset_share', 'entropy_bits', 'argmax_share',
+           'monotonicity', 'linear_probe', 'mlp_probe', 'control_labels']
 
 # %% ../../nbs/11_inside.ipynb #42bf1166
 import contextlib
@@ -11,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..utils import eval_mode
+from ..utils import eval_mode, optional_import
 from ..batching import make_batch
 from ..data import normalize_line
 
@@ -114,6 +115,47 @@ def head_gradients(model: nn.Module, batches) -> Tensor:
             out.append(grad[..., 0, :].permute(2, 0, 1, 3).cpu())  # (batch, 3, L, h)
     return torch.cat(out)
 
+# %% ../../nbs/11_inside.ipynb #4b7de1f7
+def bleu_stats(hypotheses: list[str], references: list[str]) -> Tensor:
+    """sacreBLEU's counts for each sentence (hypothesis and reference length, matched
+    and total n-grams for n = 1..4): a float64 tensor `(sentences, 10)` whose column
+    sums give
+    the corpus score (`bleu_of`). They are what sacreBLEU's own significance tests
+    resample."""
+    metric = optional_import("sacrebleu", "data").metrics.BLEU()
+    rows = metric._extract_corpus_statistics(list(hypotheses), [list(references)])
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def bleu_of(stats: Tensor) -> Tensor:
+    "Corpus BLEU of summed counts: `(..., 10)` → `(...)`, with sacreBLEU's defaults."
+    metric = optional_import("sacrebleu", "data").metrics.BLEU()
+    flat = stats.reshape(-1, stats.size(-1)).tolist()
+    scores = [metric._compute_score_from_stats(s).score for s in flat]
+    return torch.tensor(scores, dtype=torch.float64).view(stats.shape[:-1])
+
+# %% ../../nbs/11_inside.ipynb #4bd7cd09
+def paired_bootstrap(stats: dict, n: int = 1000, seed: int = 0) -> dict:
+    """BLEU of every system on the same `n` resamples of the sentences, drawn with
+    replacement (paired bootstrap, Koehn 2004): `{name: (n,)}` from `{name: bleu_stats}`
+    of one test set. Differences taken resample by resample are paired."""
+    sizes = {len(s) for s in stats.values()}
+    if len(sizes) != 1:
+        raise ValueError(f"all systems must score the same sentences, got sizes "
+                         f"{sizes}")
+    size = sizes.pop()
+    gen = torch.Generator().manual_seed(seed)
+    draws = torch.randint(size, (n, size), generator=gen)
+    counts = torch.zeros(n, size, dtype=torch.float64).scatter_add_(
+        1, draws, torch.ones(n, size, dtype=torch.float64))  # (n, sentences): draws
+    return {name: bleu_of(counts @ s) for name, s in stats.items()}
+
+
+def interval(x: Tensor, level: float = 0.95) -> tuple[float, float]:
+    "The central `level` share of bootstrap values (the percentile interval)."
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    return tuple(torch.quantile(x.double(), q).tolist())
+
 # %% ../../nbs/11_inside.ipynb #f4481a1e
 def offset_share(weights: Tensor, real: Tensor, offset: int) -> Tensor:
     """Mean weight a query at i puts on key i + offset, per head: self-attention
@@ -129,6 +171,16 @@ def entropy_bits(weights: Tensor, real: Tensor) -> Tensor:
     "Mean entropy (bits) of the rows of `weights` `(batch, h, n_q, n_k)` per head."
     h = -(weights * weights.clamp_min(1e-12).log2()).sum(-1)   # (batch, h, n_q)
     return (h * real.unsqueeze(1)).sum((0, 2)) / real.sum()
+
+
+def argmax_share(weights: Tensor, real: Tensor, offset: int) -> Tensor:
+    """Share of real queries at i whose largest weight falls on key i + offset, per head
+    (Voita et al., 2019, call a head positional when one offset holds the argmax at
+    least
+    90% of the time): `weights` `(batch, h, n, n)`, `real` `(batch, n)` → `(h,)`."""
+    i = torch.arange(weights.size(-1), device=weights.device)
+    hit = weights.argmax(-1) == (i + offset)                   # (batch, h, n)
+    return (hit * real.unsqueeze(1)).sum((0, 2)) / real.sum()
 
 # %% ../../nbs/11_inside.ipynb #9a2ff6c6
 def _avg_ranks(x: Tensor, real: Tensor) -> Tensor:
@@ -154,15 +206,11 @@ def monotonicity(weights: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
     return forward, rho.nan_to_num(0.0).mean(0)
 
 # %% ../../nbs/11_inside.ipynb #b05331a4
-def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
-                 steps: int = 300, lr: float = 0.05,
-                 weight_decay: float = 1e-3) -> float:
-    """Test accuracy of a linear probe (logistic regression, softmax over classes)
-    trained full-batch with Adam on standardised features, from zero weights, so the
-    result is deterministic (the linear probe of Hewitt & Liang, 2019)."""
+def _probe_accuracy(probe: nn.Module, train_x: Tensor, train_y: Tensor, test_x: Tensor,
+                    test_y: Tensor, steps: int, lr: float,
+                    weight_decay: float) -> float:
+    "Train `probe` full-batch with Adam on standardised features; its test accuracy."
     mean, std = train_x.mean(0), train_x.std(0) + 1e-6
-    probe = nn.Linear(train_x.size(1), int(max(train_y.max(), test_y.max())) + 1)
-    nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
     optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
     x = (train_x - mean) / std
     for _ in range(steps):
@@ -171,6 +219,32 @@ def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tenso
         optimizer.step()
     with torch.no_grad():
         return (probe((test_x - mean) / std).argmax(-1) == test_y).float().mean().item()
+
+
+def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
+                 steps: int = 300, lr: float = 0.05,
+                 weight_decay: float = 1e-3) -> float:
+    """Test accuracy of a linear probe (logistic regression, softmax over classes)
+    trained full-batch with Adam on standardised features, from zero weights, so the
+    result is deterministic (the linear probe of Hewitt & Liang, 2019)."""
+    probe = nn.Linear(train_x.size(1), int(max(train_y.max(), test_y.max())) + 1)
+    nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
+    return _probe_accuracy(probe, train_x, train_y, test_x, test_y, steps, lr,
+                           weight_decay)
+
+
+def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
+              hidden: int = 64, steps: int = 300, lr: float = 0.01,
+              weight_decay: float = 1e-3, seed: int = 0) -> float:
+    """Test accuracy of a probe with one hidden ReLU layer of `hidden` units, trained as
+    `linear_probe` is, from weights drawn with `seed`: the larger of two capacities."""
+    classes = int(max(train_y.max(), test_y.max())) + 1
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        probe = nn.Sequential(nn.Linear(train_x.size(1), hidden), nn.ReLU(),
+                              nn.Linear(hidden, classes))
+    return _probe_accuracy(probe, train_x, train_y, test_x, test_y, steps, lr,
+                           weight_decay)
 
 
 def control_labels(types: Tensor, labels: Tensor, seed: int = 0) -> Tensor:
