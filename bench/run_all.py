@@ -8,6 +8,10 @@ none does.
 
     python bench/run_all.py                 # every chapter, 2 threads (the default here)
     python bench/run_all.py nbs/07_decoding.ipynb --limit 600
+    python bench/run_all.py nbs/11_inside.ipynb --store   # also keep its outputs
+
+`--store` writes the executed notebook back in place (as `make execute` does, then
+tools/nbclean.py), so one run both times a chapter and stores the outputs the book shows.
 
 The times go to bench/results/chapter_times.json, with the commit, the processor, its
 instruction set and the thread count, and the table between the `chapter-times` markers in
@@ -38,12 +42,14 @@ def machine() -> dict:
             "torch": torch.__version__, "python": platform.python_version()}
 
 
-def run(path: Path, limit: float) -> dict:
-    "Execute `path` in a fresh kernel; its wall time and whether it finished in time."
+def run(path: Path, limit: float, store: bool = False) -> dict:
+    """Execute `path` in a fresh kernel; its wall time and whether it finished in time.
+    With `store`, the executed notebook replaces `path`."""
     env = {k: v for k, v in os.environ.items() if k != "AT_QUICK"}
     with tempfile.TemporaryDirectory() as tmp:
+        where = ["--inplace"] if store else ["--output-dir", tmp]
         cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
-               "--output-dir", tmp, f"--ExecutePreprocessor.timeout={int(limit)}", str(path)]
+               *where, f"--ExecutePreprocessor.timeout={int(limit)}", str(path)]
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, cwd=path.parent, env=env, capture_output=True, text=True,
@@ -88,6 +94,8 @@ def main():
     ap.add_argument("notebooks", nargs="*", type=Path)
     ap.add_argument("--limit", type=float, default=600, help="seconds a chapter may take")
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--store", action="store_true",
+                    help="write each executed notebook back in place")
     args = ap.parse_args()
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
     if args.table_only:
@@ -99,7 +107,10 @@ def main():
                "chapters": dict(old["chapters"]) if args.notebooks else {}}
     over = 0
     for path in paths:
-        r = dict(run(path.resolve(), args.limit), commit=commit)
+        r = dict(run(path.resolve(), args.limit, args.store), commit=commit)
+        if args.store and r["status"] == "ok":
+            subprocess.run([sys.executable, str(ROOT / "tools/nbclean.py"), str(path)],
+                           check=True)
         results["chapters"][path.stem] = r
         over += r["status"] != "ok"
         print(f"{path.stem:22s} {r['status']:15s} {r['seconds'] / 60:5.1f} min  "

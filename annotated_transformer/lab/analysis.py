@@ -46,6 +46,7 @@ def attention_weights(model: nn.Module, batch) -> dict:
             m.keep_weights, m.weights = False, None
 
 
+# %% ../../nbs/11_inside.ipynb #3b267ce4
 def attention_maps(translator, source: str, target: str) -> dict:
     """The attention weights of one sentence pair: `"encoder"`, `"decoder"` and
     `"cross"` tensors `(layers, heads, n_q, n_k)`, and the `"source"` and `"target"`
@@ -174,13 +175,15 @@ def entropy_bits(weights: Tensor, real: Tensor) -> Tensor:
 
 
 def argmax_share(weights: Tensor, real: Tensor, offset: int) -> Tensor:
-    """Share of real queries at i whose largest weight falls on key i + offset, per head
-    (Voita et al., 2019, call a head positional when one offset holds the argmax at
-    least
-    90% of the time): `weights` `(batch, h, n, n)`, `real` `(batch, n)` → `(h,)`."""
+    """Share of queries at i whose largest weight falls on key i + offset, per head,
+    over the real queries whose key i + offset is real too (Voita et al., 2019, call a
+    head positional when one offset holds the argmax at least 90% of the time):
+    `weights` `(batch, h, n, n)`, `real` `(batch, n)` → `(h,)`."""
     i = torch.arange(weights.size(-1), device=weights.device)
-    hit = weights.argmax(-1) == (i + offset)                   # (batch, h, n)
-    return (hit * real.unsqueeze(1)).sum((0, 2)) / real.sum()
+    i = i[(i + offset >= 0) & (i + offset < len(i))]
+    hit = weights[..., i, :].argmax(-1) == (i + offset)        # (batch, h, len(i))
+    both = (real[:, i] & real[:, i + offset]).unsqueeze(1)
+    return (hit * both).sum((0, 2)) / both.sum()
 
 # %% ../../nbs/11_inside.ipynb #9a2ff6c6
 def _avg_ranks(x: Tensor, real: Tensor) -> Tensor:
@@ -233,6 +236,7 @@ def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tenso
                            weight_decay)
 
 
+# %% ../../nbs/11_inside.ipynb #ccca44df
 def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
               hidden: int = 64, steps: int = 300, lr: float = 0.01,
               weight_decay: float = 1e-3, seed: int = 0) -> float:
@@ -247,6 +251,7 @@ def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
                            weight_decay)
 
 
+# %% ../../nbs/11_inside.ipynb #c16eaf8c
 def control_labels(types: Tensor, labels: Tensor, seed: int = 0) -> Tensor:
     """Control task (Hewitt & Liang, 2019): each distinct type gets one label,
     drawn from the empirical distribution of `labels`, for all of its occurrences."""

@@ -80,6 +80,7 @@ class RecurrentLayer(nn.Module):
         return self.lstm(x)[0]                  # the outputs h_1..h_n, not the state
 
 
+# %% ../../nbs/10_why_attention.ipynb #1c93bc3d
 class ConvLayer(nn.Module):
     """Table 1's convolutional row: kernel width `k` over positions, d_model channels,
     `(batch, n, d_model)` → same length. `dilation` spreads the taps; `separable`: one
