@@ -38,6 +38,9 @@ def test_student_t_and_holm():
     assert t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-3)
     assert t_cdf(0.0, 5) == pytest.approx(0.5)
     assert t_cdf(1.0, 1) == pytest.approx(0.5 + math.atan(1.0) / math.pi, abs=1e-9)
+    for t in (1e4, 1e7):                                # huge t: still a probability
+        assert t_cdf(t, 2) == pytest.approx(0.5 + t / (2 * math.sqrt(2 + t * t)), abs=1e-12)
+    assert 0 <= paired_t([0.5, 0.5000001, 0.5])["p"] < 1e-6
     r = paired_t([0.1, 0.2, 0.3])
     assert r["low"] < 0.2 < r["high"] and 0 < r["p"] < 0.1
     assert paired_t([0.5, -0.5, 0.0])["p"] == pytest.approx(1.0)
@@ -50,7 +53,8 @@ def test_the_vectorised_power_law_fit_recovers_a_known_law():
     n = torch.tensor([1e4, 3e4, 1e5, 3e5, 1e6], dtype=torch.float64)
     fit = fit_power_law(n, 30 * n ** -0.25 + 1.5)
     assert fit["alpha"] == pytest.approx(0.25, abs=0.01)
-    assert fit["l_inf"] == pytest.approx(1.5, abs=0.05)
+    assert fit["l_inf"] == pytest.approx(1.5, abs=0.05) and fit["edge"] == ""
+    assert fit_power_law(n, 5 * n ** -0.1)["edge"] == "low"            # no L∞ in the data
 
 
 def test_probes_of_two_capacities_read_a_separable_property():
@@ -68,8 +72,12 @@ def test_argmax_share_finds_a_previous_piece_head():
     for i in range(1, n):
         w[0, 0, i, i - 1] = 1                          # reads the previous piece
     real = torch.ones(1, n, dtype=torch.bool)
-    assert argmax_share(w, real, -1).item() == pytest.approx(4 / 5)
+    # Voita et al.'s share counts only the queries that have a previous piece: 4 of 4
+    assert argmax_share(w, real, -1).item() == pytest.approx(1.0)
     assert argmax_share(w, real, 0).item() == pytest.approx(1 / 5)
+    real[0, 3:] = False                                # the last two pieces are padding
+    assert argmax_share(w, real, -1).item() == pytest.approx(1.0)     # queries 1, 2
+    assert argmax_share(w, real, 1).item() == pytest.approx(0.0)
 
 
 def test_a_held_warm_up_has_the_peak_from_step_1_and_the_same_decay():

@@ -211,13 +211,15 @@ def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
 
 # %% ../../nbs/12_ablations.ipynb #00d5c79e
 def t_cdf(t: float, df: int) -> float:
-    "P(T ≤ t) under Student's t with `df` degrees of freedom, by Simpson's rule."
-    c = (math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2))
-         / math.sqrt(df * math.pi))
-    x = torch.linspace(0, abs(t), 20001, dtype=torch.float64)
-    w = torch.ones_like(x)
+    """P(T ≤ t) under Student's t with `df` degrees of freedom. With t = √df·tan θ the
+    density becomes c·cos^(df−1) θ on the bounded range [0, atan(|t|/√df)], which
+    Simpson's rule integrates accurately for any t."""
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(math.pi)
+    end = math.atan(abs(t) / math.sqrt(df))
+    theta = torch.linspace(0, end, 2001, dtype=torch.float64)
+    w = torch.ones_like(theta)
     w[1:-1:2], w[2:-1:2] = 4, 2
-    half = float((w * c * (1 + x * x / df) ** (-(df + 1) / 2)).sum()) * abs(t) / 60000
+    half = c * float((w * theta.cos() ** (df - 1)).sum()) * end / 6000
     return 0.5 + math.copysign(half, t)
 
 
@@ -253,22 +255,25 @@ def holm(p: dict) -> dict:
 # %% ../../nbs/12_ablations.ipynb #36885855
 def ffn_grad_norms(model: nn.Module, batch, eps_ls: float = 0.1) -> dict:
     """Gradient norm of the second feed-forward matrix W_2 of every layer (Xiong et al.,
-    2020, Figure 3) under the label-smoothed loss of `batch`:
-    {"encoder": [...], ...}."""
+    2020, Figure 3) under the label-smoothed loss of `batch`, dropout off as in their
+    analysis: {"encoder": [...], ...}."""
     model.zero_grad(set_to_none=True)
-    log_probs = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                      tgt_mask=batch.tgt_mask)
-    label_smoothing_loss(log_probs, batch.tgt_out, eps_ls=eps_ls).backward()
+    with eval_mode(model):
+        log_probs = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
+                          tgt_mask=batch.tgt_mask)
+        label_smoothing_loss(log_probs, batch.tgt_out, eps_ls=eps_ls).backward()
     return {side: [layer.feed_forward.linear2.weight.grad.norm().item()
                    for layer in getattr(model, side).layers]
             for side in ("encoder", "decoder")}
 
 # %% ../../nbs/12_ablations.ipynb #6bd9cc47
 def fit_power_law(n, loss, grid: int = 2000) -> dict:
-    """Least-squares fit of L(N) = a·N^(−α) + L∞ (Kaplan et al., 2020, Eq. 1.1 with
-    an offset): for each L∞ on a grid below min(loss), a straight line through
-    (log N, log(L − L∞)) gives a and α; the L∞ with the smallest squared error in L
-    wins."""
+    """Fit of L(N) = a·N^(−α) + L∞ (Kaplan et al., 2020, Eq. 1.1 with an offset): for
+    each L∞ on a grid from 0 to min(loss), a least-squares line through
+    (log N, log(L − L∞)) gives a and α; the L∞ whose curve has the smallest squared
+    error in L wins. A profile fit: close to, not exactly, least squares in L. `edge`
+    says whether L∞ landed on an end of its grid ("low": 0, "high": just below the
+    smallest loss), where the bound, not the data, holds the fit."""
     n = torch.as_tensor(n, dtype=torch.float64)
     loss = torch.as_tensor(loss, dtype=torch.float64)
     if len(n) < 3 or len(n) != len(loss):
@@ -282,4 +287,5 @@ def fit_power_law(n, loss, grid: int = 2000) -> dict:
            ** 2).sum(1)
     i = int(err.argmin())
     return {"a": float(intercept[i].exp()), "alpha": float(-slope[i]),
-            "l_inf": float(l_inf[i]), "sse": float(err[i])}
+            "l_inf": float(l_inf[i]), "sse": float(err[i]),
+            "edge": {0: "low", grid - 1: "high"}.get(i, "")}
