@@ -26,7 +26,8 @@ from .training import precision_context
 from .checkpoints import load_weights, model_tensors, save_weights
 from .decoding import (BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B,
                                             beam_search, greedy_decode)
-from .quantization import bf16_weights, quantize_int8
+from .quantization import (bf16_weights, column_major,
+                                                quantize_int8)
 from .data import decode_ids, load_tokenizer, normalize_line
 from .hub import file_sha256, need_file, read_config, resolve_model
 
@@ -145,16 +146,21 @@ def _decoding_precision(asked: str, device, said: set, progress: bool) -> str:
 
 def _decoding_model(model: Transformer, precision: str, device,
                     kept: dict) -> Transformer:
-    """The model that decodes in `precision` on `device`: `model`, or its bf16 or
-    int8 copy (chapter 7a), made at the first use and kept in `kept`."""
+    """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
+    for fp32 on the CPU its column-major copy (chapter 7a); elsewhere `model` itself.
+    A copy is made at the first use and kept in `kept` until the model's weights
+    change (every in-place update, an optimiser step or `load_state_dict`, moves a
+    tensor's version counter)."""
     model = model.to(device)
-    if precision not in ("bf16", "int8"):
+    convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
+    if precision == "fp32" and device.type == "cpu":
+        convert = column_major
+    if convert is None:
         return model
-    key = (precision, str(device))
-    if key not in kept:
-        convert = quantize_int8 if precision == "int8" else bf16_weights
-        kept[key] = convert(model)
-    return kept[key]
+    key, stamp = (precision, str(device)), [p._version for p in model.parameters()]
+    if key not in kept or kept[key][0] != stamp:
+        kept[key] = (stamp, convert(model))
+    return kept[key][1]
 
 # %% ../nbs/09b_translator.ipynb #a8973156
 def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: str,

@@ -12,7 +12,7 @@ from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
 from annotated_transformer.quantization import (Int8MultiHeadAttention, bf16_weights,
-                                                quantize_int8)
+                                                column_major, quantize_int8)
 from annotated_transformer.training import precision_context
 
 
@@ -64,6 +64,38 @@ def test_bf16_weights_are_autocast_bit_for_bit(model, src):
         assert torch.equal(model(src, src[:, :7]), b16(src, src[:, :7]))
         assert torch.equal(greedy_decode(model, src, max_len_b=10)[0],
                            greedy_decode(b16, src, max_len_b=10)[0])
+
+
+def test_column_major_copy_keeps_values_ties_and_outputs(model, src):
+    cols = column_major(model)
+    for (name, a), b in zip(model.named_parameters(), cols.parameters()):
+        assert torch.equal(a, b), name
+        assert b.dim() != 2 or b.t().is_contiguous(), name
+        assert a.dim() != 2 or a.is_contiguous(), name               # original kept
+    assert cols.generator.weight is cols.src_embed.weight is cols.tgt_embed.weight
+    for search in (greedy_decode, beam_search):
+        for x in src[:, None]:                                  # one row: the GEMV path
+            (a, sa), (b, sb) = search(model, x, max_len_b=10), search(cols, x, max_len_b=10)
+            assert torch.equal(a, b) and (sa - sb).abs().max() < 1e-4, search.__name__
+
+
+def test_translator_copies_follow_the_weights(model):
+    """A decoding copy is made once and made again after the model's weights change in
+    place (an optimiser step), never a stale one."""
+    from annotated_transformer.translator import _decoding_model
+    cpu, kept = torch.device("cpu"), {}
+    first = {p: _decoding_model(model, p, cpu, kept) for p in ("fp32", "int8")}
+    assert all(_decoding_model(model, p, cpu, kept) is m for p, m in first.items())
+    w, old = model.generator.bias, model.generator.bias[0].item()
+    with torch.no_grad():
+        w[0] = old + 1.0
+    try:
+        again = _decoding_model(model, "fp32", cpu, kept)
+        assert again is not first["fp32"] and again.generator.bias[0] == w[0]
+        assert _decoding_model(model, "int8", cpu, kept) is not first["int8"]
+    finally:
+        with torch.no_grad():
+            w[0] = old
 
 
 def test_translator_int8_only_on_the_cpu(monkeypatch):
