@@ -4,6 +4,8 @@ Greedy decoding and beam search (beam 4, alpha 0.6) on one randomly initialised 
 the same random sources, each run with the cache and without. Every output is forced to
 exactly --steps tokens (EOS is forbidden until the length limit), so both variants take the
 same number of steps; the script checks that they return the same tokens and scores.
+By default the model's matrices are stored column after column (`column_major`, chapter 7a),
+as the translator decodes in float32 on a CPU; --layout rows keeps nn.Linear's own layout.
 
     python bench/bench_decoding.py                         # base width, 6+6 layers
     python bench/bench_decoding.py --d-model 256 --layers 3 --quick
@@ -18,6 +20,7 @@ import torch
 
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer.quantization import column_major
 
 BOS_ID, EOS_ID = 1, 2
 
@@ -53,6 +56,8 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=2, help="best of this many runs")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     p.add_argument("--quick", action="store_true", help="one run each, smaller batches")
+    p.add_argument("--layout", choices=("columns", "rows"), default="columns",
+                   help="how the matrices are stored (default: %(default)s, the translator's)")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -62,6 +67,8 @@ def main(argv=None) -> None:
                                       d_ff=4 * a.d_model, n_heads=max(1, a.d_model // 64),
                                       max_len=max(512, a.steps))
     model = make_model(a.vocab, a.vocab, config).eval()
+    if a.layout == "columns":
+        model = column_major(model)
     n_params = sum(t.numel() for t in model.parameters())
     force = dict(max_len_a=0, max_len_b=a.steps, min_len=a.steps)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
@@ -69,9 +76,10 @@ def main(argv=None) -> None:
                                                                  else argv))
     print(f"model:   {a.layers}+{a.layers} layers, d_model {a.d_model}, d_ff {4 * a.d_model}, "
           f"{config.n_heads} heads, vocab {a.vocab}: {n_params / 1e6:.1f}M parameters "
-          "(random weights)")
+          f"(random weights, stored by {a.layout})")
     print(f"input:   random sources of {a.src_len} tokens; {a.steps} output tokens each")
-    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs, {torch.get_num_threads()} torch "
+    print(f"machine: {cpu_name()}, {os.cpu_count()} CPUs, kernels "
+          f"{torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} torch "
           f"threads, load average {load:.1f}; torch {torch.__version__}")
     cases = [("greedy", 1), ("greedy", 64), ("beam 4", 1), ("beam 4", 8)]
     if a.quick:
