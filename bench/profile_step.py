@@ -3,7 +3,11 @@ same products run alone.
 
 On the shipped model (chapter 9b), one test sentence is encoded and 15 cached greedy steps are
 profiled with torch.profiler: the share of the step spent in `aten::addmm`, and each product's
-average time. Then the decoder's own matrix products of one step are timed alone, back to back.
+average time. Then the decoder's own matrix products of one step are timed alone, back to back,
+and a matrix-vector product's rate is measured against the bytes of weights it cycles through:
+the rate falls once the weights no longer stay in the processor's cache, which is where a step
+that reads all of the decoder's matrices stands. The model is stored as the translator decodes
+in float32 on a CPU (`column_major`, chapter 7a), unless --layout rows.
 
     python bench/profile_step.py --threads 2
 """
@@ -17,6 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.attention import padding_mask
 from annotated_transformer.decoding import decode_step
+from annotated_transformer.quantization import column_major
 from annotated_transformer.translator import Translator
 from annotated_transformer.utils import hardware
 
@@ -29,10 +34,13 @@ def main(argv=None) -> None:
     p.add_argument("--model-dir", default=str(ROOT / "models" / "multi30k_en_de"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=15)
+    p.add_argument("--layout", choices=("columns", "rows"), default="columns")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     translator = Translator.from_pretrained(a.model_dir, device="cpu")
     model, sp = translator.model.eval(), translator.sp
+    if a.layout == "columns":
+        model = column_major(model)
     src = torch.tensor([sp.encode(SENTENCE)])
     with torch.inference_mode():
         mask = padding_mask(src, 0)
@@ -82,17 +90,37 @@ def main(argv=None) -> None:
             for (w, b), x in zip(linears, inputs):
                 F.linear(x, w, b)
         in_sequence = (time.perf_counter() - t0) / 50
+        step_mb = sum(w.numel() * w.element_size() for w, _ in linears) / 2**20
+        rates = {mb: gemv_rate(mb, a.layout) for mb in (2, 4, 8, 16, 24, 32, 64)}
     print(f"{hardware()}, PyTorch kernels {torch.backends.cpu.get_cpu_capability()}, "
           f"{a.threads} threads")
     print(f"one cached greedy step: {1e3 * per_step:.2f} ms; in aten::addmm: {share:.0%}")
     print(f"the step's {len(linears)} matrix products back to back, alone: "
-          f"{1e3 * in_sequence:.2f} ms")
+          f"{1e3 * in_sequence:.2f} ms for {step_mb:.1f} MiB of float32 weights "
+          f"({step_mb * 2**20 / in_sequence / 1e9:.0f} GB/s)")
+    print("matrix-vector products cycling through N MiB of (1024, 256) weights, "
+          f"{a.layout}: " + ", ".join(f"{mb} MiB {r:.0f} GB/s" for mb, r in rates.items()))
     print("| product (weight shape) | µs in the step | µs alone, same weight repeated |")
     print("|---|---:|---:|")
     for e in mm:
         shape = tuple(reversed(e.input_shapes[2]))          # (in, out) -> (out, in)
         print(f"| {shape} | {e.self_cpu_time_total / e.count:.0f} "
               f"| {1e6 * alone.get(shape, float('nan')):.0f} |")
+
+
+def gemv_rate(mib: int, layout: str, rounds: int = 30) -> float:
+    "Bytes per second of one-row products cycling through `mib` MiB of weights."
+    n = mib * 2**20 // (1024 * 256 * 4)
+    weights = [torch.randn(1024, 256) for _ in range(n)]
+    if layout == "columns":
+        weights = [w.t().contiguous().t() for w in weights]
+    x, times = torch.randn(1, 256), []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for w in weights:
+            F.linear(x, w)
+        times.append(time.perf_counter() - t0)
+    return n * 1024 * 256 * 4 / sorted(times)[len(times) // 2] / 1e9
 
 
 if __name__ == "__main__":
