@@ -221,10 +221,9 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
         memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
         B, K, pad, dev = src.size(0), beam_size, model.config.pad_id, src.device
         steps, inf = int(limit.max()), math.inf
-        # the encoder's keys and values once per sentence, copied to its K rows
-        cache = model.init_cache(memory, K) if use_cache else None
         memory = memory.repeat_interleave(K, dim=0)           # (B*K, S, d_model)
         src_mask = src_mask.repeat_interleave(K, dim=0)       # (B*K, 1, S)
+        cache = model.init_cache() if use_cache else None
         tokens = torch.full((B * K, 1), bos_id, device=dev)   # (B*K, step)
         live = torch.full((B, K), -inf, device=dev)           # raw log-probabilities
         live[:, 0] = 0.0                                      # one beam of K identical

@@ -268,13 +268,9 @@ class Transformer(nn.Module):
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
                                           tgt_mask=tgt_mask))
 
-    def init_cache(self, memory: Tensor | None = None, repeats: int = 1) -> list[dict]:
-        """A generation cache, one `{'self': {}, 'cross': {}}` per decoder layer. With
-        `memory`, each cross-attention entry is filled now: each sentence's keys and
-        values once, repeated for its `repeats` rows (the beams of chapter 7)."""
-        return [{"self": {}, "cross": {} if memory is None else
-                 layer.cross_attn.memory_cache(memory, repeats)}
-                for layer in self.decoder.layers]
+    def init_cache(self) -> list[dict]:
+        "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
+        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
 
 # %% ../nbs/05_model.ipynb #cee45777
 def make_model(src_vocab: int, tgt_vocab: int,

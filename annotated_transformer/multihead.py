@@ -47,14 +47,6 @@ class _HeadProjections(nn.Module):
             return q, *self._in_proj(key, 1, 3).chunk(2, dim=-1)
         return q, self._in_proj(key, 1, 2), self._in_proj(value, 2, 3)
 
-    def memory_cache(self, memory: Tensor, repeats: int = 1) -> dict:
-        """A cross-attention cache entry for `memory` `(batch, S, d_model)`: its keys
-        and values, projected once per row, each row then repeated `repeats` times
-        (the beams of one sentence, chapter 7): `(batch·repeats, h, S, d_k)` each."""
-        k, v = (self._split(t).repeat_interleave(repeats, dim=0)
-                for t in self._in_proj(memory, 1, 3).chunk(2, dim=-1))
-        return {"k": k, "v": v}
-
 # %% ../nbs/02_multihead.ipynb #95893431
 class MultiHeadAttention(_HeadProjections):
     """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O, d_k = d_v = d_model/h.
