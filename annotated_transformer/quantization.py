@@ -105,7 +105,7 @@ def bf16_weights(model: Transformer) -> Transformer:
                                                    requires_grad=False))
     return model
 
-# %% ../nbs/07a_quantization.ipynb #6343e51b
+# %% ../nbs/07a_quantization.ipynb #c8ca9ffc
 @torch.no_grad()
 def column_major(model: Transformer) -> Transformer:
     """A copy of `model` for CPU decoding whose matrices have the same shapes and values
