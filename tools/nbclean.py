@@ -31,7 +31,7 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
           r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b",
-          "deploy": r"\bctranslate2\b"}
+          "deploy": r"\bctranslate2\b", "web": r"\bonnxruntime\b"}
 INSTALL_CELL = '''\
 #| hide
 # Installs the package at the version this page was built from where it is missing or
