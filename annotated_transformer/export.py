@@ -155,7 +155,7 @@ class CT2Translator:
             out[i] = self.sp.decode(result.hypotheses[0])
         return out
 
-# %% ../nbs/09d_export.ipynb #1b4ed90c
+# %% ../nbs/09d_export.ipynb #cb445852
 class _Encoder(nn.Module):
     """Source ids `(batch, S)` → memory `(batch, S, d_model)` (§3.1): `encode` without
     its argument checks, which read the ids' values."""
@@ -188,7 +188,7 @@ class _DecoderStep(nn.Module):
         return (self.model.generator(hidden[:, -1]),
                 *(entry["self"][x] for entry in cache for x in ("k", "v")))
 
-# %% ../nbs/09d_export.ipynb #0e9456f9
+# %% ../nbs/09d_export.ipynb #0870cb8d
 ONNX_FILES = ("encoder.onnx", "decoder_step.onnx")
 
 
@@ -213,7 +213,7 @@ def _onnx_graphs(model: Transformer, out_dir: Path) -> None:
     for graph, name in zip(graphs, ONNX_FILES):
         graph.save(str(out_dir / name))
 
-# %% ../nbs/09d_export.ipynb #e08ca2ce
+# %% ../nbs/09d_export.ipynb #f4244705
 ONNX_CONFIG = "config.json"
 
 
@@ -250,7 +250,7 @@ def export_onnx(model, out_dir, quantization: str | None = None,
     (out_dir / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
     return out_dir
 
-# %% ../nbs/09d_export.ipynb #f328f315
+# %% ../nbs/09d_export.ipynb #9bfb1382
 class OnnxTranslator:
     """A model written by `export_onnx`, run by onnxruntime on the CPU: greedy
     `translate` (the arguments of `Translator.translate`, beam search aside)."""
@@ -290,7 +290,7 @@ class OnnxTranslator:
         "Greedy translations of `sentences`, in order; \"\" for a blank one."
         return _onnx_translate(self, sentences, batch_size, max_len_b)
 
-# %% ../nbs/09d_export.ipynb #6a35926d
+# %% ../nbs/09d_export.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
     "Greedy output ids (without BOS and EOS) for one batch of source id lists."
     np = optional_import("numpy", "web")
