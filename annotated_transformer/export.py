@@ -5,7 +5,10 @@ __all__ = ['SOURCE_CONFIG', 'ONNX_FILES', 'ONNX_CONFIG', 'ctranslate2_spec', 'ex
            'OnnxTranslator', 'onnx_log_probs']
 
 # %% ../nbs/09d_export.ipynb #fd88dca2
+import contextlib
 import json
+import logging
+import warnings
 from pathlib import Path
 
 import torch
@@ -192,6 +195,18 @@ class _DecoderStep(nn.Module):
 ONNX_FILES = ("encoder.onnx", "decoder_step.onnx")
 
 
+@contextlib.contextmanager
+def _quiet():
+    "Hold back the exporters' progress lines, log records and advice: it works or raises."
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def _onnx_graphs(model: Transformer, out_dir: Path) -> None:
     "Trace the encoder and the decoder step of `model`; write both to `out_dir`."
     D, c = torch.export.Dim, model.config
@@ -199,13 +214,14 @@ def _onnx_graphs(model: Transformer, out_dir: Path) -> None:
     src = torch.tensor([[5, 6, 7], [8, 9, PAD_ID]])           # two rows, one padded
     names = [f"past_{kv}_{i}" for i in range(c.n_layers) for kv in "kv"]
     past = [torch.zeros(2, c.n_heads, 2, c.d_model // c.n_heads) for _ in names]
-    with torch.no_grad():
+    encoder, step = _Encoder(model).eval(), _DecoderStep(model).eval()
+    with torch.no_grad(), _quiet():
         graphs = [torch.onnx.export(
-            _Encoder(model), (src,), dynamo=True, input_names=["src"],
+            encoder, (src,), dynamo=True, verbose=False, input_names=["src"],
             output_names=["memory"], dynamic_shapes=({0: batch, 1: src_len},))]
         graphs.append(torch.onnx.export(
-            _DecoderStep(model), (torch.tensor([[5], [6]]), _Encoder(model)(src),
-                                  (src != PAD_ID)[:, None], *past), dynamo=True,
+            step, (torch.tensor([[5], [6]]), encoder(src), (src != PAD_ID)[:, None],
+                   *past), dynamo=True, verbose=False,
             input_names=["token", "memory", "src_mask", *names],
             output_names=["log_probs", *(n.replace("past", "present") for n in names)],
             dynamic_shapes=({0: batch}, {0: batch, 1: src_len}, {0: batch, 2: src_len},
@@ -238,8 +254,9 @@ def export_onnx(model, out_dir, quantization: str | None = None,
     if quantization == "int8":
         q = optional_import("onnxruntime.quantization", "web")
         for name in ONNX_FILES:
-            q.quantize_dynamic(out_dir / name, out_dir / name,
-                               weight_type=q.QuantType.QInt8)
+            with _quiet():
+                q.quantize_dynamic(out_dir / name, out_dir / name,
+                                   weight_type=q.QuantType.QInt8)
     (out_dir / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
     c = net.config
     config = {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,
