@@ -197,7 +197,7 @@ ONNX_FILES = ("encoder.onnx", "decoder_step.onnx")
 
 @contextlib.contextmanager
 def _quiet():
-    "Hold back the exporters' progress lines, log records and advice: it works or raises."
+    "Hold back the exporters' progress lines, log records and advice."
     logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
@@ -345,7 +345,7 @@ def _onnx_translate(engine: OnnxTranslator, sentences, batch_size: int,
 
 
 def onnx_log_probs(engine: OnnxTranslator, src_ids: list[int], tgt_ids: list[int]):
-    "Teacher-forced log-probabilities `(len(tgt_ids) + 1, V)`: after BOS, after tgt[:i]."
+    "Teacher-forced log-probabilities `(len(tgt_ids) + 1, V)`, BOS first."
     np = optional_import("numpy", "web")
     memory, mask, past = engine.start([src_ids])
     out = []
