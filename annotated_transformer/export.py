@@ -6,8 +6,11 @@ __all__ = ['SOURCE_CONFIG', 'ONNX_FILES', 'ONNX_CONFIG', 'ctranslate2_spec', 'ex
 
 # %% ../nbs/09d_export.ipynb #fd88dca2
 import contextlib
+import copy
 import json
 import logging
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -160,77 +163,96 @@ class CT2Translator:
 
 # %% ../nbs/09d_export.ipynb #cb445852
 class _Encoder(nn.Module):
-    """Source ids `(batch, S)` → memory `(batch, S, d_model)` (§3.1): `encode` without
-    its argument checks, which read the ids' values."""
+    """Source ids `(batch, S)` → each decoder layer's cross-attention keys and values
+    `(batch, h, S, d_k)`: the encoder of §3.1 without `encode`'s argument checks, then
+    [W^K; W^V] of every decoder layer, copied into matrices of their own."""
 
     def __init__(self, model: Transformer):
         super().__init__()
-        self.model = model
+        self.model, d = model, model.config.d_model
+        self.kv = nn.ModuleList()
+        for layer in model.decoder.layers:            # rows d..3d of the fused matrix
+            w, b = layer.cross_attn.in_proj.weight, layer.cross_attn.in_proj.bias
+            self.kv.append(nn.Linear(d, 2 * d, bias=b is not None))
+            self.kv[-1].weight = nn.Parameter(w[d:].detach().clone())
+            if b is not None:
+                self.kv[-1].bias = nn.Parameter(b[d:].detach().clone())
 
     def forward(self, src):
         m = self.model
         mask = padding_mask(src, m.config.pad_id)                  # (batch, 1, S)
-        return m.encoder(m.src_pos(m.src_embed(src)), mask=mask)
+        memory = m.encoder(m.src_pos(m.src_embed(src)), mask=mask)
+        split = m.decoder.layers[0].cross_attn._split    # (batch, S, h·d_k) → heads
+        return tuple(split(t) for kv in self.kv for t in kv(memory).chunk(2, dim=-1))
 
-
+# %% ../nbs/09d_export.ipynb #967eacad
 class _DecoderStep(nn.Module):
-    """One cached decoding step: the last token `(batch, 1)`, memory, source mask
-    `(batch, 1, S)` and each layer's self-attention keys and values so far,
-    `(batch, h, t, d_k)` → log-probabilities `(batch, V)` and the keys and values with
-    this step appended (§3.2.3's masking is the cache's order)."""
+    """One cached decoding step: the last token `(batch, 1)`, the source mask
+    `(batch, 1, S)`, each layer's self-attention keys and values so far
+    `(batch, h, t, d_k)`, then each layer's cross-attention ones → log-probabilities
+    `(batch, V)` and the self-attention keys and values with this step appended."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
 
-    def forward(self, token, memory, src_mask, *past):
-        cache = [{"self": {"k": k, "v": v}, "cross": {}}
-                 for k, v in zip(past[::2], past[1::2])]
+    def forward(self, token, src_mask, *caches):
+        half = len(caches) // 2
+        own, cross = caches[:half], caches[half:]
+        cache = [{"self": {"k": own[i], "v": own[i + 1]},
+                  "cross": {"k": cross[i], "v": cross[i + 1]}}
+                 for i in range(0, half, 2)]
+        memory = cross[0].new_zeros(token.size(0), 0, self.model.config.d_model)
         hidden = self.model.decode(memory, token, src_mask=src_mask, cache=cache,
                                    check=False)
         return (self.model.generator(hidden[:, -1]),
                 *(entry["self"][x] for entry in cache for x in ("k", "v")))
 
-# %% ../nbs/09d_export.ipynb #0870cb8d
+# %% ../nbs/09d_export.ipynb #63b427df
 ONNX_FILES = ("encoder.onnx", "decoder_step.onnx")
 
 
 @contextlib.contextmanager
 def _quiet():
     "Hold back the exporters' progress lines, log records and advice."
+    before = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        logging.disable(logging.NOTSET)
+        logging.disable(before)
 
-
-def _onnx_graphs(model: Transformer, out_dir: Path) -> None:
-    "Trace the encoder and the decoder step of `model`; write both to `out_dir`."
+# %% ../nbs/09d_export.ipynb #0870cb8d
+def _onnx_graphs(model: Transformer, out_dir: Path) -> dict:
+    "Trace the encoder and the decoder step of `model` into `out_dir`; their names."
     D, c = torch.export.Dim, model.config
     batch, src_len, steps = D("batch"), D("src_len"), D("past")
     src = torch.tensor([[5, 6, 7], [8, 9, PAD_ID]])           # two rows, one padded
-    names = [f"past_{kv}_{i}" for i in range(c.n_layers) for kv in "kv"]
-    past = [torch.zeros(2, c.n_heads, 2, c.d_model // c.n_heads) for _ in names]
+    layers = [f"{kv}_{i}" for i in range(c.n_layers) for kv in "kv"]
+    past = [torch.zeros(2, c.n_heads, 2, c.d_model // c.n_heads) for _ in layers]
     encoder, step = _Encoder(model).eval(), _DecoderStep(model).eval()
+    names = {"encoder": (["src"], [f"cross_{n}" for n in layers]),
+             "decoder_step": (["token", "src_mask", *(f"past_{n}" for n in layers),
+                               *(f"cross_{n}" for n in layers)],
+                              ["log_probs", *(f"present_{n}" for n in layers)])}
+    dims = {"encoder": ({0: batch, 1: src_len},),
+            "decoder_step": ({0: batch}, {0: batch, 2: src_len},    # then *caches:
+                             (*({0: batch, 2: steps} for _ in past),
+                              *({0: batch, 2: src_len} for _ in past)))}
     with torch.no_grad(), _quiet():
-        graphs = [torch.onnx.export(
-            encoder, (src,), dynamo=True, verbose=False, input_names=["src"],
-            output_names=["memory"], dynamic_shapes=({0: batch, 1: src_len},))]
-        graphs.append(torch.onnx.export(
-            step, (torch.tensor([[5], [6]]), encoder(src), (src != PAD_ID)[:, None],
-                   *past), dynamo=True, verbose=False,
-            input_names=["token", "memory", "src_mask", *names],
-            output_names=["log_probs", *(n.replace("past", "present") for n in names)],
-            dynamic_shapes=({0: batch}, {0: batch, 1: src_len}, {0: batch, 2: src_len},
-                            tuple({0: batch, 2: steps} for _ in names))))
-    for graph, name in zip(graphs, ONNX_FILES):
-        graph.save(str(out_dir / name))
+        cross = encoder(src)
+        inputs = {"encoder": (src,), "decoder_step": (
+            torch.tensor([[5], [6]]), (src != PAD_ID)[:, None], *past, *cross)}
+        for module, graph, file in zip((encoder, step), names, ONNX_FILES):
+            torch.onnx.export(module, inputs[graph], dynamo=True, verbose=False,
+                              input_names=names[graph][0], output_names=names[graph][1],
+                              dynamic_shapes=dims[graph]).save(str(out_dir / file))
+    return {graph: {"inputs": i, "outputs": o} for graph, (i, o) in names.items()}
 
 # %% ../nbs/09d_export.ipynb #f4244705
-ONNX_CONFIG = "config.json"
+ONNX_CONFIG = "onnx.json"
 
 
 def export_onnx(model, out_dir, quantization: str | None = None,
@@ -248,23 +270,28 @@ def export_onnx(model, out_dir, quantization: str | None = None,
     optional_import("onnxscript", "web")                 # torch.onnx's translator
     if not isinstance(model, Translator):
         model = Translator.from_pretrained(model, device="cpu")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    net = model.model.to("cpu").eval()
-    _onnx_graphs(net, out_dir)
-    if quantization == "int8":
-        q = optional_import("onnxruntime.quantization", "web")
-        for name in ONNX_FILES:
-            with _quiet():
-                q.quantize_dynamic(out_dir / name, out_dir / name,
-                                   weight_type=q.QuantType.QInt8)
-    (out_dir / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
-    c = net.config
-    config = {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,
-              "eos_id": EOS_ID, "pad_id": PAD_ID, "max_len_b": MAX_LEN_B,
-              "quantization": quantization, "src_lang": model.src_lang,
-              "tgt_lang": model.tgt_lang, "inputs": "token, memory, src_mask, "
-              "past_k_0, past_v_0, ...; outputs: log_probs, present_k_0, ..."}
-    (out_dir / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
+    net = copy.deepcopy(model.model).cpu().eval()         # the caller's stays as it is
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
+        new = Path(tmp) / "onnx"
+        new.mkdir()
+        config = {"graphs": _onnx_graphs(net, new)}
+        if quantization == "int8":
+            q = optional_import("onnxruntime.quantization", "web")
+            for name in ONNX_FILES:
+                with _quiet():
+                    q.quantize_dynamic(new / name, new / name,
+                                       weight_type=q.QuantType.QInt8)
+        (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
+        c = net.config
+        config |= {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,
+                   "eos_id": EOS_ID, "pad_id": PAD_ID, "max_len_b": MAX_LEN_B,
+                   "quantization": quantization, "src_lang": model.src_lang,
+                   "tgt_lang": model.tgt_lang}
+        (new / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        new.rename(out_dir)
     return out_dir
 
 # %% ../nbs/09d_export.ipynb #9bfb1382
@@ -283,43 +310,45 @@ class OnnxTranslator:
             ort.InferenceSession(str(directory / name), options,
                                  providers=["CPUExecutionProvider"])
             for name in ONNX_FILES)
-        self.names = [i.name for i in self.step.get_inputs()]
 
     def start(self, rows: list[list[int]]) -> tuple:
-        "Memory, source mask and empty caches for a batch of source id lists."
+        "Source mask, cross-attention caches, empty self-attention caches of a batch."
         np, c = optional_import("numpy", "web"), self.config
         src = np.full((len(rows), max(map(len, rows))), c["pad_id"], dtype=np.int64)
         for i, r in enumerate(rows):
             src[i, :len(r)] = r
-        memory = self.encoder.run(None, {"src": src})[0]
-        n_heads, n_layers = c["model"]["n_heads"], c["model"]["n_layers"]
-        empty = np.zeros((len(rows), n_heads, 0, c["d_k"]), np.float32)
-        return memory, (src != c["pad_id"])[:, None, :], [empty] * (2 * n_layers)
+        cross = self.encoder.run(None, {"src": src})
+        empty = np.zeros((len(rows), c["model"]["n_heads"], 0, c["d_k"]), np.float32)
+        return (src != c["pad_id"])[:, None, :], cross, [empty] * len(cross)
 
-    def next(self, token, memory, src_mask, past) -> tuple:
-        "One step: log-probabilities `(batch, V)` and the grown caches."
-        out = self.step.run(None, dict(zip(self.names,
-                                           [token, memory, src_mask, *past])))
+    def next(self, token, src_mask, cross, past) -> tuple:
+        "One step: log-probabilities `(batch, V)` and the grown self-attention caches."
+        names = self.config["graphs"]["decoder_step"]["inputs"]
+        out = self.step.run(None, dict(zip(names, [token, src_mask, *past, *cross])))
         return out[0], out[1:]
 
     def translate(self, sentences, batch_size: int = BATCH_SIZE,
-                  max_len_b: int = MAX_LEN_B) -> list[str]:
-        "Greedy translations of `sentences`, in order; \"\" for a blank one."
+                  max_len_b: int = MAX_LEN_B):
+        "Greedy translations of `sentences` (or of one string), in order."
+        if isinstance(sentences, str):
+            return self.translate([sentences], batch_size, max_len_b)[0]
         return _onnx_translate(self, sentences, batch_size, max_len_b)
 
 # %% ../nbs/09d_export.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
-    "Greedy output ids (without BOS and EOS) for one batch of source id lists."
-    np = optional_import("numpy", "web")
-    memory, mask, past = engine.start(rows)
+    """Greedy output ids (without BOS and EOS) for one batch of source id lists;
+    padding and BOS are never chosen, as in chapter 7's `_restrict`."""
+    np, c = optional_import("numpy", "web"), engine.config
+    mask, cross, past = engine.start(rows)
     limit = np.array([len(r) for r in rows]) + max_len_b
-    token = np.full((len(rows), 1), engine.config["bos_id"], dtype=np.int64)
+    token = np.full((len(rows), 1), c["bos_id"], dtype=np.int64)
     done, out = np.zeros(len(rows), bool), [[] for _ in rows]
     for step in range(1, int(limit.max()) + 1):
-        logp, past = engine.next(token, memory, mask, past)
-        token = logp.argmax(-1)[:, None]
+        logp, past = engine.next(token, mask, cross, past)
+        logp[:, [c["pad_id"], c["bos_id"]]] = -np.inf
+        token = logp.argmax(-1)[:, None].astype(np.int64)
         for i in np.flatnonzero(~done):
-            if token[i, 0] == engine.config["eos_id"]:
+            if token[i, 0] == c["eos_id"]:
                 done[i] = True
             else:
                 out[i].append(int(token[i, 0]))
@@ -328,12 +357,21 @@ def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]
             break
     return out
 
+# %% ../nbs/09d_export.ipynb #b66c3b79
+def _check_onnx_lengths(engine: OnnxTranslator, n_src: int, n_out: int) -> None:
+    "A ValueError unless sources and outputs fit the model's positional table."
+    table = engine.config["model"]["max_len"]
+    if n_src > table or n_out > table:
+        raise ValueError(f"{n_src} source and up to {n_out} output positions, but the "
+                         f"model's positional table has max_len={table}")
+
 
 def _onnx_translate(engine: OnnxTranslator, sentences, batch_size: int,
                     max_len_b: int) -> list[str]:
     "As `OnnxTranslator.translate`: batches of similar length, results in order."
-    ids = encode_sources(engine.sp, sentences, engine.config["model"]["max_len"],
-                         max_len_b)
+    table = engine.config["model"]["max_len"]
+    _check_onnx_lengths(engine, 1, 1 + max_len_b)
+    ids = encode_sources(engine.sp, sentences, table, max_len_b)
     order = sorted((i for i, r in enumerate(ids) if r), key=lambda i: len(ids[i]))
     out = [""] * len(ids)
     for first in range(0, len(order), batch_size):
@@ -347,9 +385,10 @@ def _onnx_translate(engine: OnnxTranslator, sentences, batch_size: int,
 def onnx_log_probs(engine: OnnxTranslator, src_ids: list[int], tgt_ids: list[int]):
     "Teacher-forced log-probabilities `(len(tgt_ids) + 1, V)`, BOS first."
     np = optional_import("numpy", "web")
-    memory, mask, past = engine.start([src_ids])
+    _check_onnx_lengths(engine, len(src_ids), len(tgt_ids) + 1)
+    mask, cross, past = engine.start([src_ids])
     out = []
     for token in [engine.config["bos_id"], *tgt_ids]:
-        logp, past = engine.next(np.array([[token]]), memory, mask, past)
+        logp, past = engine.next(np.array([[token]], np.int64), mask, cross, past)
         out.append(logp[0])
     return np.stack(out)

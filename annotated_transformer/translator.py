@@ -144,20 +144,26 @@ def _decoding_precision(asked: str, device, said: set, progress: bool) -> str:
     return precision
 
 
+def _weights_stamp(model: Transformer) -> list:
+    """Where each parameter's numbers live and how often they were changed in place
+    (an optimiser step, `load_state_dict`); updates through `.data`, and inference
+    tensors (made under `torch.inference_mode`), keep no count."""
+    return [(p.data_ptr(), None if p.is_inference() else p._version)
+            for p in model.parameters()]
+
+
 def _decoding_model(model: Transformer, precision: str, device,
                     kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
     for fp32 on the CPU its column-major copy (chapter 7a); elsewhere `model` itself.
-    A copy is made at the first use and kept in `kept` until the model's weights
-    change (every in-place update, an optimiser step or `load_state_dict`, moves a
-    tensor's version counter)."""
+    A copy is made at the first use and kept in `kept` until `_weights_stamp` moves."""
     model = model.to(device)
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
     if precision == "fp32" and device.type == "cpu":
         convert = column_major
     if convert is None:
         return model
-    key, stamp = (precision, str(device)), [p._version for p in model.parameters()]
+    key, stamp = (precision, str(device)), _weights_stamp(model)
     if key not in kept or kept[key][0] != stamp:
         kept[key] = (stamp, convert(model))
     return kept[key][1]

@@ -20,7 +20,7 @@ from annotated_transformer.data import load_tokenizer, normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
 from annotated_transformer.export import (ONNX_FILES, OnnxTranslator, _onnx_greedy,
                                           export_onnx, onnx_log_probs)
-from annotated_transformer.formats import BOS_ID
+from annotated_transformer.formats import BOS_ID, PAD_ID
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.translator import Translator, corpus_bleu
 
@@ -70,14 +70,37 @@ def test_scores_and_greedy_match(tmp_path, sp, changes):
         assert theirs == output_ids(tokens)[0]
 
 
-def test_export_refuses_clearly(tmp_path, sp):
+def test_greedy_never_picks_padding_or_bos(tmp_path, sp):
+    """A model that rates padding and BOS highest: both searches skip them alike."""
+    translator = small_translator(sp, 5)
+    with torch.no_grad():
+        translator.model.generator.bias[[PAD_ID, BOS_ID]] += 50.0
+    engine = OnnxTranslator(export_onnx(translator, tmp_path / "onnx"))
+    sources = [[5, 6, 7, 8], [9, 10]]
+    for src, theirs in zip(sources, _onnx_greedy(engine, sources, max_len_b=6)):
+        tokens, _ = greedy_decode(translator.model, torch.tensor([src]), max_len_b=6)
+        assert theirs == output_ids(tokens)[0] and PAD_ID not in theirs
+
+
+def test_export_refuses_clearly_and_replaces_whole(tmp_path, sp):
     translator = small_translator(sp, 0)
-    (tmp_path / "taken").mkdir()
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "model.bin").write_text("an older export")
     with pytest.raises(FileExistsError, match="force"):
-        export_onnx(translator, tmp_path / "taken")
+        export_onnx(translator, taken)
     with pytest.raises(ValueError, match="quantization must be None"):
         export_onnx(translator, tmp_path / "x", quantization="int4")
     assert not (tmp_path / "x").exists()
+    translator.model.train()
+    export_onnx(translator, taken, force=True)
+    assert sorted(p.name for p in taken.iterdir()) == sorted(
+        [*ONNX_FILES, "onnx.json", "tokenizer.model"])
+    assert translator.model.training                    # the caller's model untouched
+    engine = OnnxTranslator(taken)
+    with pytest.raises(ValueError, match="positional table"):
+        engine.translate(["a b c"], max_len_b=200)
+    assert engine.translate("") == ""
 
 
 @pytest.fixture(scope="module")
