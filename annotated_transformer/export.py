@@ -98,6 +98,17 @@ def ctranslate2_spec(model: Transformer, sp):
 SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, beside the engine's
 
 
+def _export_source(model, out_dir, force: bool) -> tuple[Translator, Path]:
+    "The `Translator` to export (loaded unless given one) and the checked output path."
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not force:
+        raise FileExistsError(f"{out_dir} exists: pass force=True (--force) to "
+                              "replace it")
+    if not isinstance(model, Translator):
+        model = Translator.from_pretrained(model, device="cpu")
+    return model, out_dir
+
+
 def export_ctranslate2(model, out_dir, quantization: str | None = None,
                        force: bool = False) -> Path:
     """Convert `model` (a `Translator`, or a model directory/URL/name for
@@ -108,12 +119,7 @@ def export_ctranslate2(model, out_dir, quantization: str | None = None,
     if quantization is not None and quantization not in accepted:
         raise ValueError(f"quantization must be one of {', '.join(accepted)}, "
                          f"got {quantization!r}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not force:
-        raise FileExistsError(f"{out_dir} exists: pass force=True (--force) to "
-                              "replace it")
-    if not isinstance(model, Translator):
-        model = Translator.from_pretrained(model, device="cpu")
+    model, out_dir = _export_source(model, out_dir, force)
 
     class _Converter(ct2.converters.Converter):
         def _load(self):
@@ -263,13 +269,8 @@ def export_onnx(model, out_dir, quantization: str | None = None,
     if quantization not in (None, "int8"):
         raise ValueError(f"quantization must be None (float32) or 'int8', "
                          f"got {quantization!r}")
-    out_dir = Path(out_dir)
-    if out_dir.exists() and not force:
-        raise FileExistsError(f"{out_dir} exists: pass force=True (--force) to "
-                              "replace it")
     optional_import("onnxscript", "web")                 # torch.onnx's translator
-    if not isinstance(model, Translator):
-        model = Translator.from_pretrained(model, device="cpu")
+    model, out_dir = _export_source(model, out_dir, force)
     net = copy.deepcopy(model.model).cpu().eval()         # the caller's stays as it is
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:

@@ -109,3 +109,11 @@ def multi30k(pytestconfig) -> Path:
     if folder is None:                  # not reached: collection already marked the skip
         pytest.skip(f"no Multi30k files in {shared_data()}")
     return folder
+
+
+@pytest.fixture(scope="session")
+def sp():
+    "The shipped model's sentencepiece tokenizer (a test module may define its own `sp`)."
+    from annotated_transformer.data import load_tokenizer
+    return load_tokenizer(Path(__file__).resolve().parents[1] / "models" / "multi30k_en_de"
+                          / "tokenizer.model")

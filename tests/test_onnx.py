@@ -7,8 +7,6 @@ same greedy outputs, batched with padding. On the shipped model, exported by the
 line: log-probabilities within 1e-4 on test pairs, greedy translations identical on the whole
 test set, and the int8 graphs within 0.5 BLEU. Skipped where onnxruntime is not installed.
 """
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -16,39 +14,16 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 
 from annotated_transformer.cli import main
-from annotated_transformer.data import load_tokenizer, normalize_line
+from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
 from annotated_transformer.export import (ONNX_FILES, OnnxTranslator, _onnx_greedy,
                                           export_onnx, onnx_log_probs)
 from annotated_transformer.formats import BOS_ID, PAD_ID
-from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.translator import Translator, corpus_bleu
-
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "models" / "multi30k_en_de"
-VARIANTS = [{}, {"norm_first": True, "activation": "gelu"},
-            {"bias": False, "learned_pos": True}]
+from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
 
 
-@pytest.fixture(scope="module")
-def sp():
-    return load_tokenizer(SHIPPED / "tokenizer.model")
-
-
-def small_translator(sp, seed: int, **changes) -> Translator:
-    torch.manual_seed(seed)
-    vocab = sp.get_piece_size()
-    config = TransformerConfig.preset("tiny", d_model=32, d_ff=64, n_heads=4, max_len=96,
-                                      **changes)
-    model = make_model(vocab, vocab, config).eval()
-    with torch.no_grad():          # random LayerNorm gains and biases: nothing is trivial
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
-    return Translator(model, sp)
-
-
-@pytest.mark.parametrize("changes", VARIANTS, ids=["paper", "preln-gelu", "nobias-learned"])
+@pytest.mark.parametrize("changes", VARIANTS, ids=VARIANT_IDS)
 def test_scores_and_greedy_match(tmp_path, sp, changes):
     translator = small_translator(sp, len(changes), **changes)
     model = translator.model
