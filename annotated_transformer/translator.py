@@ -145,21 +145,28 @@ def _decoding_precision(asked: str, device, said: set, progress: bool) -> str:
 
 
 def _weights_stamp(model: Transformer) -> list:
-    """Where each parameter's numbers live and how often they were changed in place
-    (an optimiser step, `load_state_dict`); updates through `.data`, and inference
-    tensors (made under `torch.inference_mode`), keep no count."""
-    return [(p.data_ptr(), None if p.is_inference() else p._version)
-            for p in model.parameters()]
+    """Where each parameter's and buffer's numbers live and how often they were changed
+    in place (an optimiser step, `load_state_dict`); updates through `.data`, and
+    inference tensors (made under `torch.inference_mode`), keep no count."""
+    return [(t.data_ptr(), None if t.is_inference() else t._version)
+            for t in (*model.parameters(), *model.buffers())]
+
+
+def _instrumented(model: Transformer) -> bool:
+    "Whether a hook or `keep_weights` is set on a module (a copy would not carry it)."
+    return any(m._forward_hooks or m._forward_pre_hooks or getattr(m, "keep_weights", 0)
+               for m in model.modules())
 
 
 def _decoding_model(model: Transformer, precision: str, device,
                     kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
-    for fp32 on the CPU its column-major copy (chapter 7a); elsewhere `model` itself.
-    A copy is made at the first use and kept in `kept` until `_weights_stamp` moves."""
+    for fp32 on the CPU its column-major copy (chapter 7a) unless `_instrumented`;
+    otherwise `model` itself. A copy is made at the first use and kept in `kept`
+    until `_weights_stamp` moves."""
     model = model.to(device)
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
-    if precision == "fp32" and device.type == "cpu":
+    if precision == "fp32" and device.type == "cpu" and not _instrumented(model):
         convert = column_major
     if convert is None:
         return model

@@ -102,3 +102,22 @@ def test_translator_int8_only_on_the_cpu(monkeypatch):
     from annotated_transformer.translator import _decoding_precision
     with pytest.raises(ValueError, match="int8 runs on the CPU"):
         _decoding_precision("int8", torch.device("meta"), set(), progress=False)
+
+
+def test_translator_fp32_runs_the_models_hooks():
+    """A hook on the model must act on float32 translation: with one set, the translator
+    decodes with the model itself, not with its column-major copy."""
+    from pathlib import Path
+    from annotated_transformer.translator import Translator
+    shipped = Path(__file__).resolve().parents[1] / "models" / "multi30k_en_de"
+    translator = Translator.from_pretrained(shipped, device="cpu")
+    plain = translator.translate("A dog runs.", beam_size=1, precision="fp32")
+    boost = translator.sp.piece_to_id("▁Katze")
+    favour = lambda module, args, out: out + 100.0 * (torch.arange(out.size(-1)) == boost)
+    hook = translator.model.generator.register_forward_hook(favour)
+    try:
+        hooked = translator.translate("A dog runs.", beam_size=1, precision="fp32")
+    finally:
+        hook.remove()
+    assert "Katze" in hooked and hooked != plain
+    assert translator.translate("A dog runs.", beam_size=1, precision="fp32") == plain
