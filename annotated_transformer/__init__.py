@@ -10,7 +10,8 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'UNK_ID', 'default_device', 'eval_mode'
            'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig', 'read_metrics', 'train', 'BEAM_SIZE',
            'LENGTH_ALPHA', 'beam_search', 'greedy_decode', 'length_penalty', 'decode_ids', 'encode_text',
            'load_multi30k', 'load_tokenizer', 'to_pairs', 'train_tokenizer', 'DownloadError', 'download_model',
-           'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'CT2Translator', 'export_ctranslate2']
+           'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'CT2Translator', 'OnnxTranslator',
+           'export_ctranslate2', 'export_onnx']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
@@ -40,7 +41,8 @@ from .data import (
 from .hub import DownloadError, download_model
 from .translator import Translator, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
-from .export import CT2Translator, export_ctranslate2
+from .export import (
+    CT2Translator, OnnxTranslator, export_ctranslate2, export_onnx)
 from . import cli  # noqa: F401 (reachable; its names stay in it)
 
 # %% ../nbs/99_package.ipynb #c9f83e5b
@@ -58,4 +60,4 @@ _all_ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "default_device", "eval_mode",
          "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
          "train_tokenizer", "DownloadError", "download_model", "Translator",
          "corpus_bleu", "TranslationRecipe", "train_translation", "CT2Translator",
-         "export_ctranslate2"]
+         "OnnxTranslator", "export_ctranslate2", "export_onnx"]
