@@ -26,6 +26,7 @@ export: setup
 
 book: export
 	$(VENV)/bin/jupyter-book build . --path-output book
+	PY=$(PY) bash tools/build_try.sh book/_build/html
 	@echo "The book is at $(CURDIR)/book/_build/html/index.html"
 
 test: setup

@@ -196,11 +196,14 @@ class _DecoderStep(nn.Module):
     """One cached decoding step: the last token `(batch, 1)`, the source mask
     `(batch, 1, S)`, each layer's self-attention keys and values so far
     `(batch, h, t, d_k)`, then each layer's cross-attention ones → log-probabilities
-    `(batch, V)` and the self-attention keys and values with this step appended."""
+    `(batch, V)`, the self-attention keys and values with this step appended, and each
+    layer's cross-attention weights `(batch, h, S)` (Eq. 1's softmax)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
+        for layer in model.decoder.layers:   # Eq. (1) written out, its weights kept
+            layer.cross_attn.keep_weights = True
 
     def forward(self, token, src_mask, *caches):
         half = len(caches) // 2
@@ -212,7 +215,8 @@ class _DecoderStep(nn.Module):
         hidden = self.model.decode(memory, token, src_mask=src_mask, cache=cache,
                                    check=False)
         return (self.model.generator(hidden[:, -1]),
-                *(entry["self"][x] for entry in cache for x in ("k", "v")))
+                *(entry["self"][x] for entry in cache for x in ("k", "v")),
+                *(x.cross_attn.weights[:, :, -1] for x in self.model.decoder.layers))
 
 # %% ../nbs/09d_export.ipynb #63b427df
 ONNX_FILES = ("encoder.onnx", "decoder_step.onnx")
@@ -242,7 +246,8 @@ def _onnx_graphs(model: Transformer, out_dir: Path) -> dict:
     names = {"encoder": (["src"], [f"cross_{n}" for n in layers]),
              "decoder_step": (["token", "src_mask", *(f"past_{n}" for n in layers),
                                *(f"cross_{n}" for n in layers)],
-                              ["log_probs", *(f"present_{n}" for n in layers)])}
+                              ["log_probs", *(f"present_{n}" for n in layers),
+                               *(f"attn_{i}" for i in range(c.n_layers))])}
     dims = {"encoder": ({0: batch, 1: src_len},),
             "decoder_step": ({0: batch}, {0: batch, 2: src_len},    # then *caches:
                              (*({0: batch, 2: steps} for _ in past),
@@ -323,10 +328,11 @@ class OnnxTranslator:
         return (src != c["pad_id"])[:, None, :], cross, [empty] * len(cross)
 
     def next(self, token, src_mask, cross, past) -> tuple:
-        "One step: log-probabilities `(batch, V)` and the grown self-attention caches."
+        """One step: log-probabilities `(batch, V)`, the grown self-attention caches,
+        and each layer's cross-attention weights `(batch, h, S)`."""
         names = self.config["graphs"]["decoder_step"]["inputs"]
         out = self.step.run(None, dict(zip(names, [token, src_mask, *past, *cross])))
-        return out[0], out[1:]
+        return out[0], out[1:1 + len(past)], out[1 + len(past):]
 
     def translate(self, sentences, batch_size: int = BATCH_SIZE,
                   max_len_b: int = MAX_LEN_B):
@@ -345,7 +351,7 @@ def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]
     token = np.full((len(rows), 1), c["bos_id"], dtype=np.int64)
     done, out = np.zeros(len(rows), bool), [[] for _ in rows]
     for step in range(1, int(limit.max()) + 1):
-        logp, past = engine.next(token, mask, cross, past)
+        logp, past, _ = engine.next(token, mask, cross, past)
         logp[:, [c["pad_id"], c["bos_id"]]] = -np.inf
         token = logp.argmax(-1)[:, None].astype(np.int64)
         for i in np.flatnonzero(~done):
@@ -390,6 +396,6 @@ def onnx_log_probs(engine: OnnxTranslator, src_ids: list[int], tgt_ids: list[int
     mask, cross, past = engine.start([src_ids])
     out = []
     for token in [engine.config["bos_id"], *tgt_ids]:
-        logp, past = engine.next(np.array([[token]], np.int64), mask, cross, past)
+        logp, past, _ = engine.next(np.array([[token]], np.int64), mask, cross, past)
         out.append(logp[0])
     return np.stack(out)

@@ -65,8 +65,8 @@ nbval() {
   $BIN/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg "$@"
 }
 
-notebooks() {
-  nbval nbs $(test -d tests && echo tests)
+notebooks() {  # tests/site needs the built site: stage 4 runs it
+  nbval nbs $(test -d tests && echo tests --ignore=tests/site)
 }
 
 second_kernel_path() {
@@ -79,10 +79,12 @@ second_kernel_path() {
 book() {
   rm -rf book/_build
   $BIN/jupyter-book build . --path-output book -W --keep-going
+  PY=$BIN/python bash tools/build_try.sh book/_build/html
 }
 
 site() {
   $BIN/python tools/check_site.py book/_build/html
+  $BIN/python -m pytest -q tests/site   # the Try it page in headless Chromium
 }
 
 cli_from_wheel() {  # the installed console script: train a tiny model, translate, evaluate

@@ -35,6 +35,22 @@ def strip_tooling(app, docname, source):
     source[0] = json.dumps(nb)
 
 
+def drop_repeated_scripts(app, pagename, templatename, context, doctree):
+    """Inline scripts reach a page twice with Sphinx 7.4, once with file name None and once
+    with "", which Sphinx counts as different; sphinx-thebe's declares constants, and a
+    browser refuses the second declaration with an error in the console."""
+    scripts = context.get("script_files")
+    if scripts:
+        seen, kept = set(), []
+        for js in scripts:
+            key = (js.filename or None, js.attributes.get("body"))
+            if key not in seen:
+                seen.add(key)
+                kept.append(js)
+        context["script_files"] = kept
+
+
 def setup(app):
     app.connect("source-read", strip_tooling)
+    app.connect("html-page-context", drop_repeated_scripts, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,195 @@
+"""The book's "Try it" page in a real browser (the test command's site stage, after the build).
+
+Headless Chromium (Debian's, driven by Playwright) opens the built site from an HTTP server on
+127.0.0.1 and types 20 sentences of test_2016_flickr into the page. The page must give, piece
+for piece, what Python gives: the source pieces of the Python tokenizer, the output ids of
+Python's onnxruntime running the same graphs (part 9d's `OnnxTranslator` search), and the text
+of our PyTorch `Translator` with greedy search. It must ask no other host, log no error, show
+each layer's cross-attention (rows that sum to one), and say so in one line when the model
+cannot be loaded or the browser has no WebAssembly.
+
+Where the site was not built with the page's files, or there is no Chromium, the tests skip,
+except on CI (CI=true), where they fail.
+"""
+import functools
+import http.server
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = Path(os.environ.get("AT_SITE", ROOT / "book" / "_build" / "html"))
+PAGE = "book/try.html"
+N_SENTENCES = 20
+FIRST_SENTENCE_S = 5.0     # bound on the first translation, click to text (measured: 0.2 s)
+LOAD_S = 60.0              # bound on loading the page and the model (measured: 1.4 s)
+
+
+def _missing(reason: str):
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def _chromium() -> str | None:
+    "Debian's browser binary (its /usr/bin/chromium is a wrapper script)."
+    for path in ("/usr/lib/chromium/chromium", shutil.which("chromium")):
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        "A page closed mid-download (the failure tests) is no error of the server's."
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "_static/try/model/decoder_step.onnx").exists():
+        _missing(f"no Try it page in {SITE}: run `make book` (tools/build_try.sh)")
+    httpd = _Server(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(SITE)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_port}"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    path = _chromium()
+    if path is None:
+        _missing("no Chromium (Debian: apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def _open(browser, url: str, before=None):
+    "A fresh page at `url`, with its console errors and requested URLs recorded."
+    page = browser.new_page()
+    seen = {"errors": [], "urls": []}
+    page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+    page.on("request", lambda r: seen["urls"].append(r.url))
+    if before:
+        before(page)
+    page.goto(url)
+    page.wait_for_function(
+        "['ready', 'error'].includes(document.getElementById('try-it').dataset.state)",
+        timeout=LOAD_S * 1000)
+    return page, seen
+
+
+def _translate(page, sentence: str) -> dict:
+    done = int(page.get_attribute("#try-it", "data-done"))
+    page.fill("#try-source", sentence)
+    t0 = time.perf_counter()
+    page.click("#try-translate")
+    page.wait_for_function(
+        f"document.getElementById('try-it').dataset.done === '{done + 1}'", timeout=60_000)
+    wall = time.perf_counter() - t0
+    out = page.locator("#try-output")
+    return {"text": out.inner_text(), "ids": json.loads(out.get_attribute("data-ids")),
+            "src": json.loads(out.get_attribute("data-src-ids")), "wall": wall,
+            "ms": float(page.get_attribute("#try-it", "data-ms")),
+            "state": page.get_attribute("#try-it", "data-state")}
+
+
+@pytest.fixture(scope="module")
+def sources(multi30k):
+    lines = (multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    return lines[:N_SENTENCES]
+
+
+def test_page_translates_as_python_does(server, browser, sources):
+    from annotated_transformer import OnnxTranslator, Translator
+    from annotated_transformer.data import normalize_line
+    from annotated_transformer.export import _onnx_greedy
+    from annotated_transformer.translator import MAX_LEN_B
+
+    t0 = time.perf_counter()
+    page, seen = _open(browser, f"{server}/{PAGE}")
+    load = time.perf_counter() - t0
+    assert page.get_attribute("#try-it", "data-state") == "ready", page.inner_text("#try-status")
+    found = [_translate(page, s) for s in sources]
+    page.close()
+
+    engine = OnnxTranslator(SITE / "_static/try/model")
+    torch_greedy = Translator.from_pretrained(ROOT / "models/multi30k_en_de").translate(
+        sources, beam_size=1, precision="fp32")
+    for s, got, text in zip(sources, found, torch_greedy):
+        src = engine.sp.encode(normalize_line(s))
+        assert got["state"] == "ready"
+        assert got["src"] == src, s
+        assert got["ids"] == _onnx_greedy(engine, [src], MAX_LEN_B)[0], s
+        assert got["text"] == text, s
+    hosts = {u.split("/")[2] for u in seen["urls"] if u.startswith("http")}
+    assert hosts == {server.split("/")[2]}, hosts
+    assert not seen["errors"], seen["errors"]
+    later = sorted(f["wall"] for f in found[1:])
+    print(f"\nTry it page: loaded in {load:.2f} s; first sentence {found[0]['wall']:.2f} s "
+          f"({found[0]['ms']:.0f} ms in the page); the next {len(later)}: median "
+          f"{later[len(later) // 2] * 1e3:.0f} ms, slowest {later[-1] * 1e3:.0f} ms; "
+          f"{N_SENTENCES} of {N_SENTENCES} identical to Python")
+    assert found[0]["wall"] < FIRST_SENTENCE_S
+
+
+def test_attention_heatmap_rows_sum_to_one(server, browser):
+    page, seen = _open(browser, f"{server}/{PAGE}")
+    got = _translate(page, "Two dogs play in the snow.")
+    n_layers = page.locator("#try-layers button").count()
+    assert n_layers == 3
+    heads = page.locator("#try-head option").count()
+    for layer in range(n_layers):
+        page.locator("#try-layers button").nth(layer).click()
+        assert page.locator("#try-layers button").nth(layer).get_attribute(
+            "aria-pressed") == "true"
+        for head in range(heads):
+            page.select_option("#try-head", index=head)
+            rows = page.evaluate("""() => [...document.querySelectorAll(
+                '#try-heatmap tbody tr')].map(tr => [...tr.querySelectorAll('td')].map(
+                td => Number(td.title.split(': ').pop())))""")
+            # one row per output piece and one for the end symbol; one column per source piece
+            assert len(rows) == len(got["ids"]) + 1
+            assert all(len(r) == len(got["src"]) for r in rows)
+            assert all(abs(sum(r) - 1) < 0.01 for r in rows), rows
+    assert not seen["errors"], seen["errors"]
+    page.close()
+
+
+def test_load_failure_says_so_in_one_line(server, browser):
+    def lose_decoder(page):
+        page.route("**/model/decoder_step.onnx", lambda route: route.fulfill(status=404))
+
+    page, _ = _open(browser, f"{server}/{PAGE}", before=lose_decoder)
+    assert page.get_attribute("#try-it", "data-state") == "error"
+    status = page.inner_text("#try-status")
+    assert status == "The model could not be loaded (model/decoder_step.onnx: HTTP 404).", status
+    assert page.locator("#try-translate").is_disabled()
+    page.close()
+
+
+def test_without_webassembly_says_so_in_one_line(server, browser):
+    page, _ = _open(browser, f"{server}/{PAGE}",
+                    before=lambda p: p.add_init_script("delete window.WebAssembly"))
+    assert page.get_attribute("#try-it", "data-state") == "error"
+    assert page.inner_text("#try-status") == (
+        "This browser cannot run WebAssembly, so it cannot translate here.")
+    page.close()
