@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The "fresh runtime" stage: every chapter as a Colab reader meets it. For each notebook:
-#   - a new virtual environment holding only what the kernel brings (PyTorch, ipykernel and
+#   - a virtual environment holding only what the kernel brings (PyTorch, ipykernel and
 #     the scientific stack a Colab-like runtime has, on Colab's Python 3.12 where this machine
-#     has it), never the package;
+#     has it) and what install cells with the same requirement installed: the chapters whose
+#     install cells name the same extras share one, made new for the first of them (whose
+#     cell runs the real `pip install`); the others find the package there, as a reader does
+#     who opens a second chapter in the same runtime;
 #   - the notebook copied alone into an empty folder outside the checkout: no ../shared, no
 #     runs/, no models/ beside it;
 #   - executed top to bottom (nbval in lax mode: every cell runs, every assertion counts),
@@ -89,10 +92,16 @@ for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   t1=$SECONDS
   quick=""; [[ "$SHRUNK" == *" $name "* ]] && quick=1
-  env_dir=$tmp/venv_$name run=$tmp/run_$name
-  "$KERNEL_PYTHON" -m venv "$env_dir"
-  site=$("$env_dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-  echo "$kernel_site" >"$site/_kernel_requirements.pth"
+  # the chapter's install requirement, as its install cell names it (on main)
+  spec=$(git -C "$REPO" show "main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p' | head -1)
+  env_dir=$tmp/venv_$(echo "${spec:-none}" | tr -c 'a-z0-9\n' '_') run=$tmp/run_$name
+  fresh=""
+  if [ ! -d "$env_dir" ]; then
+    fresh=1
+    "$KERNEL_PYTHON" -m venv "$env_dir"
+    site=$("$env_dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    echo "$kernel_site" >"$site/_kernel_requirements.pth"
+  fi
   mkdir -p "$tmp/jupyter/kernels/$name" "$run"
   cat >"$tmp/jupyter/kernels/$name/kernel.json" <<JSON
 {"argv": ["$env_dir/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
@@ -109,7 +118,8 @@ JSON
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \
           --nbval-lax --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
   then
-    echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk})"
+    echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk}; ${spec:-no install cell}," \
+         "${fresh:+installed in a new}${fresh:-found in the} runtime)"
   else
     cat "$tmp/$name.log"
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"

@@ -1,10 +1,12 @@
 """The book's "Try it" page in a real browser (the test command's site stage, after the build).
 
 Headless Chromium (Debian's, driven by Playwright) opens the built site from an HTTP server on
-127.0.0.1 and types 20 sentences of test_2016_flickr into the page. The page must give, piece
-for piece, what Python gives: the source pieces of the Python tokenizer, the output ids of
-Python's onnxruntime running the same graphs (part 9d's `OnnxTranslator` search), and the text
-of our PyTorch `Translator` with greedy search. It must ask no other host, log no error, show
+127.0.0.1 and types 20 sentences of test_2016_flickr into the page, once with each search. The page
+must give, piece for piece, what Python gives: the source pieces of the Python tokenizer;
+with greedy search, the output ids of Python's onnxruntime running the same graphs (part 9d's
+`OnnxTranslator` search) and the text of our PyTorch `Translator`; with beam search, the ids
+of chapter 7's `beam_search` on our PyTorch model and the text of `Translator` (beam 4, α =
+0.6). It must ask no other host, log no error, show
 each layer's cross-attention (rows that sum to one), and say so in one line when the model
 cannot be loaded or the browser has no WebAssembly.
 
@@ -97,9 +99,10 @@ def _open(browser, url: str, before=None):
     return page, seen
 
 
-def _translate(page, sentence: str) -> dict:
+def _translate(page, sentence: str, beam_size: int = 1) -> dict:
     done = int(page.get_attribute("#try-it", "data-done"))
     page.fill("#try-source", sentence)
+    page.select_option("#try-search", str(beam_size))
     t0 = time.perf_counter()
     page.click("#try-translate")
     page.wait_for_function(
@@ -112,6 +115,13 @@ def _translate(page, sentence: str) -> dict:
             "state": page.get_attribute("#try-it", "data-state")}
 
 
+def _times(found: list[dict]) -> str:
+    later = sorted(f["wall"] for f in found[1:])
+    return (f"first {found[0]['wall']:.2f} s ({found[0]['ms']:.0f} ms in the page), the next "
+            f"{len(later)}: median {later[len(later) // 2] * 1e3:.0f} ms, slowest "
+            f"{later[-1] * 1e3:.0f} ms")
+
+
 @pytest.fixture(scope="module")
 def sources(multi30k):
     lines = (multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
@@ -119,41 +129,48 @@ def sources(multi30k):
 
 
 def test_page_translates_as_python_does(server, browser, sources):
+    import torch
     from annotated_transformer import OnnxTranslator, Translator
     from annotated_transformer.data import normalize_line
+    from annotated_transformer.decoding import beam_search
     from annotated_transformer.export import _onnx_greedy
     from annotated_transformer.translator import MAX_LEN_B
+    from annotated_transformer.formats import EOS_ID
 
     t0 = time.perf_counter()
     page, seen = _open(browser, f"{server}/{PAGE}")
     load = time.perf_counter() - t0
     assert page.get_attribute("#try-it", "data-state") == "ready", page.inner_text("#try-status")
-    found = [_translate(page, s) for s in sources]
+    greedy = [_translate(page, s, 1) for s in sources]
+    beam = [_translate(page, s, 4) for s in sources]
     page.close()
 
     engine = OnnxTranslator(SITE / "_static/try/model")
-    torch_greedy = Translator.from_pretrained(ROOT / "models/multi30k_en_de").translate(
-        sources, beam_size=1, precision="fp32")
-    for s, got, text in zip(sources, found, torch_greedy):
+    ours = Translator.from_pretrained(ROOT / "models/multi30k_en_de")
+    texts = {k: ours.translate(sources, beam_size=k, precision="fp32") for k in (1, 4)}
+    for i, s in enumerate(sources):
         src = engine.sp.encode(normalize_line(s))
-        assert got["state"] == "ready"
-        assert got["src"] == src, s
-        assert got["ids"] == _onnx_greedy(engine, [src], MAX_LEN_B)[0], s
-        assert got["text"] == text, s
+        ids = {1: _onnx_greedy(engine, [src], MAX_LEN_B)[0]}
+        with torch.no_grad():
+            tokens, _ = beam_search(ours.model.eval(), torch.tensor([src]))
+        ids[4] = tokens[0, 0].tolist()
+        ids[4] = ids[4][:ids[4].index(EOS_ID)] if EOS_ID in ids[4] else ids[4]
+        for k, got in ((1, greedy[i]), (4, beam[i])):
+            assert got["state"] == "ready"
+            assert got["src"] == src, s
+            assert got["ids"] == ids[k], (k, s)
+            assert got["text"] == texts[k][i], (k, s)
     hosts = {u.split("/")[2] for u in seen["urls"] if u.startswith("http")}
     assert hosts == {server.split("/")[2]}, hosts
     assert not seen["errors"], seen["errors"]
-    later = sorted(f["wall"] for f in found[1:])
-    print(f"\nTry it page: loaded in {load:.2f} s; first sentence {found[0]['wall']:.2f} s "
-          f"({found[0]['ms']:.0f} ms in the page); the next {len(later)}: median "
-          f"{later[len(later) // 2] * 1e3:.0f} ms, slowest {later[-1] * 1e3:.0f} ms; "
-          f"{N_SENTENCES} of {N_SENTENCES} identical to Python")
-    assert found[0]["wall"] < FIRST_SENTENCE_S
+    print(f"\nTry it page: loaded in {load:.2f} s; greedy: {_times(greedy)}; beam 4: "
+          f"{_times(beam)}; {N_SENTENCES} of {N_SENTENCES} identical to Python with each")
+    assert greedy[0]["wall"] < FIRST_SENTENCE_S
 
 
 def test_attention_heatmap_rows_sum_to_one(server, browser):
     page, seen = _open(browser, f"{server}/{PAGE}")
-    got = _translate(page, "Two dogs play in the snow.")
+    got = _translate(page, "Two dogs play in the snow.", 4)
     n_layers = page.locator("#try-layers button").count()
     assert n_layers == 3
     heads = page.locator("#try-head option").count()

@@ -79,44 +79,124 @@ async function load() {
   return model;
 }
 
-// The most probable id, never padding or BOS (chapter 7's _restrict); the first on a tie.
-function argmax(logp, banned) {
-  let best = -1;
-  for (let i = 0; i < logp.length; i++) {
-    if (!banned.includes(i) && (best < 0 || logp[i] > logp[best])) best = i;
-  }
-  return best;
+// Part 9d's graphs, for R rows at a time (one sentence: 1 row greedy, K rows in a beam).
+async function encode(model, src) {
+  const c = model.config, S = src.length;
+  const enc = await model.encoder.run(
+    { src: new ort.Tensor("int64", BigInt64Array.from(src, BigInt), [1, S]) });
+  return c.graphs.encoder.outputs.map((n) => enc[n]);      // (1, h, S, d_k) per layer
 }
 
-// Greedy search over the two graphs, as part 9d's _onnx_greedy for one sentence.
-async function translate(model, line) {
-  const c = model.config, L = c.model.n_layers;
-  const names = c.graphs.decoder_step;
+function repeatRows(t, R) {   // (1, ...) → (R, ...)
+  const data = new t.data.constructor(t.data.length * R);
+  for (let r = 0; r < R; r++) data.set(t.data, r * t.data.length);
+  return new ort.Tensor(t.type, data, [R, ...t.dims.slice(1)]);
+}
+
+function pickRows(t, rows) {  // (R, ...) → (rows.length, ...), as chapter 7's reorder_cache
+  const n = t.data.length / t.dims[0], data = new t.data.constructor(n * rows.length);
+  rows.forEach((r, k) => data.set(t.data.subarray(r * n, (r + 1) * n), k * n));
+  return new ort.Tensor(t.type, data, [rows.length, ...t.dims.slice(1)]);
+}
+
+function emptyCache(model, R) {
+  const c = model.config;
+  const empty = new ort.Tensor("float32", new Float32Array(0), [R, c.model.n_heads, 0, c.d_k]);
+  return Array(2 * c.model.n_layers).fill(empty);
+}
+
+// One decoder step for R rows: log-probabilities (R·V, padding and BOS set to -∞ as in
+// chapter 7's _restrict), the grown caches, and each layer's attention (R·h·S).
+async function step(model, tokens, mask, past, cross) {
+  const c = model.config, names = c.graphs.decoder_step, L = c.model.n_layers;
+  const values = [new ort.Tensor("int64", BigInt64Array.from(tokens, BigInt), [tokens.length, 1]),
+                  mask, ...past, ...cross];
+  const res = await model.step.run(Object.fromEntries(names.inputs.map((n, k) => [n, values[k]])));
+  const logp = res[names.outputs[0]].data, V = logp.length / tokens.length;
+  for (let r = 0; r < tokens.length; r++) logp[r * V + c.pad_id] = logp[r * V + c.bos_id] = -Infinity;
+  return { logp, V, past: names.outputs.slice(1, 1 + 2 * L).map((n) => res[n]),
+           attn: names.outputs.slice(1 + 2 * L).map((n) => res[n].data) };
+}
+
+// Greedy search, as part 9d's _onnx_greedy for one sentence: the first best id on a tie.
+async function greedy(model, src) {
+  const c = model.config, S = src.length;
+  const cross = await encode(model, src);
+  const mask = new ort.Tensor("bool", new Uint8Array(S).fill(1), [1, 1, S]);
+  let past = emptyCache(model, 1), token = c.bos_id;
+  const out = [], attn = [];
+  for (let i = 1; i <= S + c.max_len_b; i++) {
+    const r = await step(model, [token], mask, past, cross);
+    token = 0;
+    for (let v = 1; v < r.V; v++) if (r.logp[v] > r.logp[token]) token = v;
+    past = r.past;
+    attn.push(r.attn.map((a) => a.slice()));
+    if (token === c.eos_id) break;
+    out.push(token);
+  }
+  return { out, attn };
+}
+
+// §6.1: beam size 4 and length penalty α = 0.6, chapter 7's defaults; the penalty is GNMT's
+// (Wu et al., 2016), chapter 7's length_penalty.
+const BEAM_SIZE = 4, ALPHA = 0.6;
+const penalty = (length, alpha) => ((5 + length) / 6) ** alpha;
+const f32 = Math.fround;     // scores are float32 in chapter 7's search; so are they here
+
+// Beam search of §6.1, as chapter 7's beam_search for one sentence: each step keeps the best
+// 2K extensions of the K beams; those of the best K that end (EOS, or the length limit) join
+// the finished ones, scored log P / lp; the best K that do not end form the next beams; the
+// search stops when no live beam can beat the best finished hypothesis.
+async function beam(model, src, K, alpha) {
+  const c = model.config, S = src.length, limit = S + c.max_len_b;
+  const cross = (await encode(model, src)).map((t) => repeatRows(t, K));
+  const mask = new ort.Tensor("bool", new Uint8Array(K * S).fill(1), [K, 1, S]);
+  let past = emptyCache(model, K);
+  let beams = [...Array(K).keys()].map((k) => ({ score: k ? -Infinity : 0, ids: [], attn: [],
+                                                 last: c.bos_id }));
+  let finished = [];
+  for (let i = 1; i <= limit; i++) {
+    const r = await step(model, beams.map((b) => b.last), mask, past, cross);
+    const top = [];                       // the best 2K (score, beam, token), best first
+    for (let k = 0; k < K; k++) {
+      if (beams[k].score === -Infinity) continue;
+      for (let v = 0; v < r.V; v++) {
+        const score = f32(beams[k].score + r.logp[k * r.V + v]);
+        if (score === -Infinity || (top.length === 2 * K && score <= top[2 * K - 1].score)) continue;
+        let at = top.length;
+        while (at > 0 && top[at - 1].score < score) at--;
+        top.splice(at, 0, { score, k, v });
+        if (top.length > 2 * K) top.pop();
+      }
+    }
+    const attnOf = (k) => r.attn.map((a) => a.slice(k * a.length / K, (k + 1) * a.length / K));
+    top.slice(0, K).forEach((t) => {
+      if (t.v === c.eos_id || i >= limit) {
+        finished.push({ score: f32(t.score / f32(penalty(i, alpha))),
+                        ids: t.v === c.eos_id ? beams[t.k].ids : [...beams[t.k].ids, t.v],
+                        attn: [...beams[t.k].attn, attnOf(t.k)] });
+      }
+    });
+    finished = finished.sort((a, b) => b.score - a.score).slice(0, K);
+    const next = top.filter((t) => t.v !== c.eos_id).slice(0, K);
+    const bound = f32(next[0].score / f32(Math.max(penalty(i + 1, alpha), penalty(limit, alpha))));
+    if (i >= limit || (finished.length && bound <= finished[0].score)) break;
+    past = r.past.map((t) => pickRows(t, next.map((t) => t.k)));
+    beams = next.map((t) => ({ score: t.score, ids: [...beams[t.k].ids, t.v],
+                               attn: [...beams[t.k].attn, attnOf(t.k)], last: t.v }));
+  }
+  return { out: finished[0].ids, attn: finished[0].attn };
+}
+
+async function translate(model, line, beamSize) {
+  const c = model.config;
   let src = model.sp.encodeIds(line);
   const maxSrc = Math.max(1, c.model.max_len - c.max_len_b);   // as encode_sources
   const cut = src.length > maxSrc;
   if (cut) src = src.slice(0, maxSrc);
-  const S = src.length;
   const t0 = performance.now();
-  const enc = await model.encoder.run(
-    { src: new ort.Tensor("int64", BigInt64Array.from(src, BigInt), [1, S]) });
-  const cross = c.graphs.encoder.outputs.map((n) => enc[n]);
-  const mask = new ort.Tensor("bool", new Uint8Array(S).fill(1), [1, 1, S]);
-  const empty = new ort.Tensor("float32", new Float32Array(0), [1, c.model.n_heads, 0, c.d_k]);
-  let past = cross.map(() => empty);
-  let token = c.bos_id;
-  const out = [], attn = [];    // attn[step][layer]: Float32Array (h·S), head-major
-  for (let i = 1; i <= S + c.max_len_b; i++) {
-    const values = [new ort.Tensor("int64", BigInt64Array.of(BigInt(token)), [1, 1]), mask,
-                    ...past, ...cross];
-    const feeds = Object.fromEntries(names.inputs.map((n, k) => [n, values[k]]));
-    const res = await model.step.run(feeds);
-    token = argmax(res[names.outputs[0]].data, [c.pad_id, c.bos_id]);
-    past = names.outputs.slice(1, 1 + 2 * L).map((n) => res[n]);
-    attn.push(names.outputs.slice(1 + 2 * L).map((n) => res[n].data));
-    if (token === c.eos_id) break;
-    out.push(token);
-  }
+  const { out, attn } = beamSize > 1 ? await beam(model, src, beamSize, ALPHA)
+                                     : await greedy(model, src);
   return { src, out, attn, cut, ms: performance.now() - t0, text: model.sp.decodeIds(out) };
 }
 
@@ -194,13 +274,14 @@ async function main() {
     button.disabled = true;
     say("Translating…", "busy");
     try {
-      const r = await translate(model, line);
+      const beamSize = Number($("try-search").value);
+      const r = await translate(model, line, beamSize);
       output.textContent = r.text;
       output.dataset.ids = JSON.stringify(r.out);
       output.dataset.srcIds = JSON.stringify(r.src);
       root.dataset.ms = r.ms.toFixed(1);
-      $("try-time").textContent = `Greedy search: ${r.out.length} pieces from ${r.src.length} `
-        + `in ${r.ms.toFixed(0)} ms (${r.attn.length} decoder steps)`
+      $("try-time").textContent = (beamSize > 1 ? `Beam search, ${beamSize} beams` : "Greedy search")
+        + `: ${r.out.length} pieces from ${r.src.length} in ${r.ms.toFixed(0)} ms`
         + (r.cut ? `; the source was cut to ${r.src.length} pieces to fit the model` : "");
       showAttention(model, r);
       say("Ready.", "ready");
@@ -216,6 +297,8 @@ async function main() {
   source.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); run(); }
   });
+  $("try-search").replaceChildren(new Option(`beam search, ${BEAM_SIZE} beams (§6.1)`, String(BEAM_SIZE)),
+                                  new Option("greedy search", "1"));
   button.disabled = false;
   say("Ready: type an English sentence and press Enter.", "ready");
 }
