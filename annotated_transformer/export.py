@@ -262,6 +262,29 @@ def _onnx_graphs(model: Transformer, out_dir: Path) -> dict:
                               dynamic_shapes=dims[graph]).save(str(out_dir / file))
     return {graph: {"inputs": i, "outputs": o} for graph, (i, o) in names.items()}
 
+# %% ../nbs/09d_export.ipynb #6ba4315e
+def _exact_halves(path: Path) -> int:
+    """Store each float32 constant of the ONNX graph at `path` that float16 holds
+    exactly in 16 bits, with a Cast back to float32 before its first use; how many."""
+    onnx, np = optional_import("onnx", "web"), optional_import("numpy", "web")
+    graph, casts = (model := onnx.load(path)).graph, []
+    for const in graph.initializer:
+        if const.data_type != onnx.TensorProto.FLOAT:
+            continue
+        full = onnx.numpy_helper.to_array(const)
+        with np.errstate(over="ignore"):               # too large for float16: kept
+            half = full.astype(np.float16)
+        if np.array_equal(half.astype(np.float32), full):
+            name = const.name
+            const.CopyFrom(onnx.numpy_helper.from_array(half, f"{name}.float16"))
+            casts.append(onnx.helper.make_node("Cast", [f"{name}.float16"], [name],
+                                               to=onnx.TensorProto.FLOAT))
+    nodes = casts + list(graph.node)                    # the casts come first
+    del graph.node[:]
+    graph.node.extend(nodes)
+    onnx.save(model, path)
+    return len(casts)
+
 # %% ../nbs/09d_export.ipynb #f4244705
 ONNX_CONFIG = "onnx.json"
 
@@ -288,6 +311,8 @@ def export_onnx(model, out_dir, quantization: str | None = None,
                 with _quiet():
                     q.quantize_dynamic(new / name, new / name,
                                        weight_type=q.QuantType.QInt8)
+        for name in ONNX_FILES:
+            _exact_halves(new / name)
         (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
         c = net.config
         config |= {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,

@@ -3,9 +3,10 @@
 Small models of every architecture variant the export must carry (the paper's Post-LN,
 Pre-LN with GELU, no biases with learned positions) give the same per-token
 log-probabilities through the two exported graphs as through `Transformer.forward`, and the
-same greedy outputs, batched with padding. On the shipped model, exported by the command
-line: log-probabilities within 1e-4 on test pairs, greedy translations identical on the whole
-test set, and the int8 graphs within 0.5 BLEU. Skipped where onnxruntime is not installed.
+same greedy outputs, batched with padding; weights that float16 holds exactly are stored in
+16 bits, which halves the graphs without changing what they compute. On the shipped model,
+exported by the command line: log-probabilities within 1e-4 on test pairs, greedy
+translations identical on the whole test set, and the int8 graphs within 0.5 BLEU. Skipped where onnxruntime is not installed.
 """
 import pytest
 import torch
@@ -55,6 +56,25 @@ def test_greedy_never_picks_padding_or_bos(tmp_path, sp):
     for src, theirs in zip(sources, _onnx_greedy(engine, sources, max_len_b=6)):
         tokens, _ = greedy_decode(translator.model, torch.tensor([src]), max_len_b=6)
         assert theirs == output_ids(tokens)[0] and PAD_ID not in theirs
+
+
+def test_weights_float16_holds_exactly_are_stored_in_16_bits(tmp_path, sp):
+    """Weights rounded to float16 (as the shipped model's are) make graphs about half as
+    large that compute the same log-probabilities; float32 weights make no such saving."""
+    full, half = small_translator(sp, 6), small_translator(sp, 6)
+    with torch.no_grad():
+        for p in half.model.parameters():
+            p.copy_(p.half().float())
+    size = {}
+    for name, translator in (("full", full), ("half", half)):
+        out = export_onnx(translator, tmp_path / name)
+        size[name] = sum((out / f).stat().st_size for f in ONNX_FILES)
+        engine, src, tgt = OnnxTranslator(out), [5, 6, 7, 8], [9, 10, 11]
+        with torch.no_grad():
+            logp = translator.model(torch.tensor([src]), torch.tensor([[BOS_ID] + tgt]))[0]
+        theirs = torch.from_numpy(onnx_log_probs(engine, src, tgt))
+        assert torch.allclose(logp, theirs, atol=1e-4, rtol=0)
+    assert size["half"] < 0.6 * size["full"], size
 
 
 def test_export_refuses_clearly_and_replaces_whole(tmp_path, sp):

@@ -95,9 +95,9 @@ for nb in "${notebooks[@]}"; do
   # the chapter's install requirement, as its install cell names it (on main)
   spec=$(git -C "$REPO" show "main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p' | head -1)
   env_dir=$tmp/venv_$(echo "${spec:-none}" | tr -c 'a-z0-9\n' '_') run=$tmp/run_$name
-  fresh=""
+  runtime="found in the runtime"
   if [ ! -d "$env_dir" ]; then
-    fresh=1
+    runtime="installed in a new runtime"
     "$KERNEL_PYTHON" -m venv "$env_dir"
     site=$("$env_dir/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
     echo "$kernel_site" >"$site/_kernel_requirements.pth"
@@ -119,7 +119,7 @@ JSON
           --nbval-lax --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
   then
     echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk}; ${spec:-no install cell}," \
-         "${fresh:+installed in a new}${fresh:-found in the} runtime)"
+         "$runtime)"
   else
     cat "$tmp/$name.log"
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"
