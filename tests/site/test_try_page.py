@@ -10,8 +10,8 @@ of chapter 7's `beam_search` on our PyTorch model and the text of `Translator` (
 each layer's cross-attention (rows that sum to one), and say so in one line when the model
 cannot be loaded or the browser has no WebAssembly.
 
-Where the site was not built with the page's files, or there is no Chromium, the tests skip,
-except on CI (CI=true), where they fail.
+Where the site was not built with the page's files, or there is no Chromium ($AT_CHROMIUM
+names one), the tests skip, except on CI (CI=true), where they fail.
 """
 import functools
 import http.server
@@ -40,8 +40,10 @@ def _missing(reason: str):
 
 
 def _chromium() -> str | None:
-    "Debian's browser binary (its /usr/bin/chromium is a wrapper script)."
-    for path in ("/usr/lib/chromium/chromium", shutil.which("chromium")):
+    """$AT_CHROMIUM, else Debian's browser binary (its /usr/bin/chromium is a wrapper
+    script), else a Chromium or Chrome on the PATH."""
+    for path in (os.environ.get("AT_CHROMIUM"), "/usr/lib/chromium/chromium",
+                 *map(shutil.which, ("chromium", "google-chrome", "chromium-browser"))):
         if path and Path(path).exists():
             return path
     return None
