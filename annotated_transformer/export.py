@@ -263,9 +263,9 @@ def _onnx_graphs(model: Transformer, out_dir: Path) -> dict:
     return {graph: {"inputs": i, "outputs": o} for graph, (i, o) in names.items()}
 
 # %% ../nbs/09d_export.ipynb #6ba4315e
-def _exact_halves(path: Path) -> int:
+def _exact_halves(path: Path) -> None:
     """Store each float32 constant of the ONNX graph at `path` that float16 holds
-    exactly in 16 bits, with a Cast back to float32 before its first use; how many."""
+    exactly in 16 bits, with a Cast back to float32 before its first use."""
     onnx, np = optional_import("onnx", "web"), optional_import("numpy", "web")
     graph, casts = (model := onnx.load(path)).graph, []
     for const in graph.initializer:
@@ -283,7 +283,6 @@ def _exact_halves(path: Path) -> int:
     del graph.node[:]
     graph.node.extend(nodes)
     onnx.save(model, path)
-    return len(casts)
 
 # %% ../nbs/09d_export.ipynb #f4244705
 ONNX_CONFIG = "onnx.json"
@@ -317,6 +316,7 @@ def export_onnx(model, out_dir, quantization: str | None = None,
         c = net.config
         config |= {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,
                    "eos_id": EOS_ID, "pad_id": PAD_ID, "max_len_b": MAX_LEN_B,
+                   "beam_size": BEAM_SIZE, "alpha": LENGTH_ALPHA,
                    "quantization": quantization, "src_lang": model.src_lang,
                    "tgt_lang": model.tgt_lang}
         (new / ONNX_CONFIG).write_text(json.dumps(config, indent=1))

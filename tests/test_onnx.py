@@ -17,8 +17,9 @@ pytest.importorskip("onnxscript")
 from annotated_transformer.cli import main
 from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
-from annotated_transformer.export import (ONNX_FILES, OnnxTranslator, _onnx_greedy,
-                                          export_onnx, onnx_log_probs)
+from annotated_transformer.export import (ONNX_FILES, OnnxTranslator, _exact_halves,
+                                          _onnx_graphs, _onnx_greedy, export_onnx,
+                                          onnx_log_probs)
 from annotated_transformer.formats import BOS_ID, PAD_ID
 from annotated_transformer.translator import Translator, corpus_bleu
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
@@ -58,23 +59,38 @@ def test_greedy_never_picks_padding_or_bos(tmp_path, sp):
         assert theirs == output_ids(tokens)[0] and PAD_ID not in theirs
 
 
-def test_weights_float16_holds_exactly_are_stored_in_16_bits(tmp_path, sp):
-    """Weights rounded to float16 (as the shipped model's are) make graphs about half as
-    large that compute the same log-probabilities; float32 weights make no such saving."""
-    full, half = small_translator(sp, 6), small_translator(sp, 6)
-    with torch.no_grad():
-        for p in half.model.parameters():
-            p.copy_(p.half().float())
-    size = {}
-    for name, translator in (("full", full), ("half", half)):
-        out = export_onnx(translator, tmp_path / name)
-        size[name] = sum((out / f).stat().st_size for f in ONNX_FILES)
-        engine, src, tgt = OnnxTranslator(out), [5, 6, 7, 8], [9, 10, 11]
-        with torch.no_grad():
-            logp = translator.model(torch.tensor([src]), torch.tensor([[BOS_ID] + tgt]))[0]
-        theirs = torch.from_numpy(onnx_log_probs(engine, src, tgt))
-        assert torch.allclose(logp, theirs, atol=1e-4, rtol=0)
-    assert size["half"] < 0.6 * size["full"], size
+def test_16_bit_constants_change_no_number_and_halve_the_graphs(tmp_path, sp):
+    """Weights rounded to float16 (as the shipped model's are): the graphs with their
+    constants in 16 bits give bit-for-bit the outputs of the float32 graphs, at under 60% of
+    their size. The graphs of a model with float32 weights barely shrink."""
+    np, ort = pytest.importorskip("numpy"), pytest.importorskip("onnxruntime")
+    model = small_translator(sp, 6).model
+    graphs = {}
+    for d in ("float32", "rounded", "half"):
+        if d == "rounded":
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.copy_(p.half().float())
+        (tmp_path / d).mkdir()
+        graphs[d] = _onnx_graphs(model, tmp_path / d)
+    size = lambda d: sum((tmp_path / d / f).stat().st_size for f in ONNX_FILES)
+    before = size("float32")
+    for d in ("float32", "half"):
+        for name in ONNX_FILES:
+            _exact_halves(tmp_path / d / name)
+    assert size("half") < 0.6 * size("rounded")
+    assert size("float32") > 0.9 * before
+    src, outputs = np.array([[5, 6, 7, 8, 9]]), {}
+    for d in ("rounded", "half"):
+        enc, step = (ort.InferenceSession(str(tmp_path / d / f)) for f in ONNX_FILES)
+        cross = enc.run(None, {"src": src})
+        past = [np.zeros_like(c[:, :, :0]) for c in cross]
+        feeds = dict(zip(graphs[d]["decoder_step"]["inputs"],
+                         [np.array([[BOS_ID]]), (src != PAD_ID)[:, None], *past, *cross]))
+        outputs[d] = cross + step.run(None, feeds)
+    assert len(outputs["half"]) == len(outputs["rounded"])
+    for a, b in zip(outputs["rounded"], outputs["half"]):
+        assert np.array_equal(a, b)
 
 
 def test_export_refuses_clearly_and_replaces_whole(tmp_path, sp):
@@ -131,7 +147,9 @@ def test_shipped_model_greedy_identical_and_int8_bleu(multi30k, shipped_onnx, tm
     assert main(["export", "--model-dir", str(SHIPPED), "--to", "onnx", str(int8),
                  "--quantization", "int8"]) == 0
     size = lambda d: sum((d / f).stat().st_size for f in ONNX_FILES)
-    assert size(int8) < 0.5 * size(shipped_onnx)
+    # 8-bit matrices against the float32 graphs' 16-bit ones (`_exact_halves`); what the
+    # quantiser leaves (positional tables, biases, norms, fused cross-attention) is in both
+    assert size(int8) < 0.7 * size(shipped_onnx)
     bleu = [corpus_bleu(h, ref)[0].score
             for h in (theirs[:-1], OnnxTranslator(int8).translate(src))]
     assert abs(bleu[0] - bleu[1]) <= 0.5, bleu

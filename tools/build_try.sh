@@ -8,8 +8,9 @@
 # Usage: tools/build_try.sh [SITE]   (default: book/_build/html)
 set -euo pipefail
 SITE=${1:-book/_build/html}
-PY=${PY:-.venv/bin/python}
 OUT=$(cd "$SITE" && pwd)/_static/try
+cd "$(dirname "$0")/.."                  # web/ and models/ are the repository's
+PY=${PY:-.venv/bin/python}
 test -f "$OUT/try.js" || { echo "$OUT/try.js is missing: build the book first" >&2; exit 1; }
 command -v npm >/dev/null \
   || { echo "npm is needed for the Try it page (Debian: apt-get install npm)" >&2; exit 1; }

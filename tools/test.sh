@@ -66,7 +66,7 @@ nbval() {
 }
 
 notebooks() {  # tests/site needs the built site: stage 4 runs it
-  nbval nbs $(test -d tests && echo tests --ignore=tests/site)
+  nbval --durations=12 nbs $(test -d tests && echo tests --ignore=tests/site)
 }
 
 second_kernel_path() {

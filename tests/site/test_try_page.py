@@ -6,9 +6,10 @@ must give, piece for piece, what Python gives: the source pieces of the Python t
 with greedy search, the output ids of Python's onnxruntime running the same graphs (part 9d's
 `OnnxTranslator` search) and the text of our PyTorch `Translator`; with beam search, the ids
 of chapter 7's `beam_search` on our PyTorch model and the text of `Translator` (beam 4, α =
-0.6). It must ask no other host, log no error, show
-each layer's cross-attention (rows that sum to one), and say so in one line when the model
-cannot be loaded or the browser has no WebAssembly.
+0.6). It must ask no other host, log no error, draw
+each layer's and head's cross-attention as the step graph computes it, stop at the length
+limit and cut a long source as Python does, and say so in one line when a file cannot be
+loaded or the browser has no WebAssembly.
 
 Where the site was not built with the page's files, or there is no Chromium ($AT_CHROMIUM
 names one), the tests skip, except on CI (CI=true), where they fail.
@@ -78,7 +79,10 @@ def browser():
     path = _chromium()
     if path is None:
         _missing("no Chromium (Debian: apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _missing("no Playwright (pip install playwright; it drives the installed browser)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
         yield b
@@ -170,38 +174,97 @@ def test_page_translates_as_python_does(server, browser, sources):
     assert greedy[0]["wall"] < FIRST_SENTENCE_S
 
 
-def test_attention_heatmap_rows_sum_to_one(server, browser):
+def _heatmap(page) -> list[list[float]]:
+    "The weights the page drew: one row per output piece, one value per source piece."
+    return page.evaluate("""() => [...document.querySelectorAll('#try-heatmap tbody tr')]
+        .map(tr => [...tr.querySelectorAll('td')].map(td => Number(td.title.split(': ').pop())))""")
+
+
+def test_attention_heatmap_is_the_graphs(server, browser):
+    """Greedy: every layer and head the page draws is the step graph's cross-attention for
+    the page's own output. Beam: one row per piece and one for the end, each summing to 1."""
+    import numpy as np
+    from annotated_transformer import OnnxTranslator
+
+    engine = OnnxTranslator(SITE / "_static/try/model")
+    c = engine.config
     page, seen = _open(browser, f"{server}/{PAGE}")
-    got = _translate(page, "Two dogs play in the snow.", 4)
-    n_layers = page.locator("#try-layers button").count()
-    assert n_layers == 3
-    heads = page.locator("#try-head option").count()
-    for layer in range(n_layers):
-        page.locator("#try-layers button").nth(layer).click()
-        assert page.locator("#try-layers button").nth(layer).get_attribute(
-            "aria-pressed") == "true"
-        for head in range(heads):
-            page.select_option("#try-head", index=head)
-            rows = page.evaluate("""() => [...document.querySelectorAll(
-                '#try-heatmap tbody tr')].map(tr => [...tr.querySelectorAll('td')].map(
-                td => Number(td.title.split(': ').pop())))""")
-            # one row per output piece and one for the end symbol; one column per source piece
-            assert len(rows) == len(got["ids"]) + 1
-            assert all(len(r) == len(got["src"]) for r in rows)
-            assert all(abs(sum(r) - 1) < 0.01 for r in rows), rows
+    got = _translate(page, "Two dogs play in the snow.", 1)
+    mask, cross, past = engine.start([got["src"]])
+    weights = []                                        # per step: (layers, heads, S)
+    for token in [c["bos_id"], *got["ids"]]:
+        _, past, attn = engine.next(np.array([[token]]), mask, cross, past)
+        weights.append(np.stack([a[0] for a in attn]))
+    weights = np.stack(weights, axis=1)                 # (layers, steps, heads, S)
+    buttons = page.locator("#try-layers button")
+    assert buttons.count() == c["model"]["n_layers"]
+    for layer in range(c["model"]["n_layers"]):
+        buttons.nth(layer).click()
+        assert buttons.nth(layer).get_attribute("aria-pressed") == "true"
+        for head in range(-1, c["model"]["n_heads"]):
+            page.select_option("#try-head", str(head))
+            want = weights[layer].mean(1) if head < 0 else weights[layer][:, head]
+            np.testing.assert_allclose(_heatmap(page), want, atol=1e-3)   # shown to 3 places
+    beam = _translate(page, "Two dogs play in the snow.", 4)
+    rows = _heatmap(page)
+    assert len(rows) == len(beam["ids"]) + 1                      # the end symbol's row
+    assert all(len(r) == len(beam["src"]) and abs(sum(r) - 1) < 0.01 for r in rows)
     assert not seen["errors"], seen["errors"]
     page.close()
 
 
-def test_load_failure_says_so_in_one_line(server, browser):
-    def lose_decoder(page):
-        page.route("**/model/decoder_step.onnx", lambda route: route.fulfill(status=404))
+def test_length_limit_and_cut_source_as_python(server, browser, sources):
+    """With max_len_b = 0 (the config the page reads, changed in flight) outputs stop at
+    the source's length, and a source longer than the positional table is cut to fit: both
+    searches still give Python's pieces."""
+    import torch
+    from annotated_transformer import OnnxTranslator, Translator
+    from annotated_transformer.decoding import beam_search
+    from annotated_transformer.export import _onnx_greedy
+    from annotated_transformer.formats import EOS_ID
+    from annotated_transformer.translator import encode_sources
 
-    page, _ = _open(browser, f"{server}/{PAGE}", before=lose_decoder)
+    engine = OnnxTranslator(SITE / "_static/try/model")
+    config = dict(engine.config, max_len_b=0)
+
+    def no_slack(page):
+        page.route("**/model/onnx.json", lambda route: route.fulfill(
+            status=200, content_type="application/json", body=json.dumps(config)))
+
+    page, seen = _open(browser, f"{server}/{PAGE}", before=no_slack)
+    texts = [*sources[:6], " ".join(sources[:25])]      # the last: about 300 pieces
+    rows = encode_sources(engine.sp, texts, config["model"]["max_len"], 0)
+    assert len(rows[-1]) == config["model"]["max_len"]            # it was cut
+    model = Translator.from_pretrained(ROOT / "models/multi30k_en_de").model.eval()
+    at_limit = 0
+    for text, src in zip(texts, rows):
+        greedy, beam = _translate(page, text, 1), _translate(page, text, 4)
+        assert greedy["src"] == beam["src"] == src
+        assert greedy["ids"] == _onnx_greedy(engine, [src], 0)[0]
+        with torch.no_grad():
+            ids = beam_search(model, torch.tensor([src]), max_len_b=0)[0][0, 0].tolist()
+        assert beam["ids"] == (ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids)
+        at_limit += len(greedy["ids"]) == len(src)
+    assert at_limit, "no output reached the length limit: the case is not exercised"
+    assert page.locator("#try-time").inner_text().endswith(
+        f"the source was cut to {len(rows[-1])} pieces to fit the model")
+    assert not seen["errors"], seen["errors"]
+    page.close()
+
+
+@pytest.mark.parametrize("lost, said", [
+    ("model/decoder_step.onnx", "model/decoder_step.onnx: HTTP 404"),
+    ("ort/ort.wasm.bundle.min.mjs", "Failed to fetch dynamically imported module"),
+])
+def test_load_failure_says_so_in_one_line(server, browser, lost, said):
+    def lose(page):
+        page.route(f"**/{lost}", lambda route: route.fulfill(status=404))
+
+    page, _ = _open(browser, f"{server}/{PAGE}", before=lose)
     assert page.get_attribute("#try-it", "data-state") == "error"
     status = page.inner_text("#try-status")
-    assert status == "The model could not be loaded (model/decoder_step.onnx: HTTP 404).", status
-    assert page.locator("#try-translate").is_disabled()
+    assert status.startswith(f"The model could not be loaded ({said}"), status
+    assert "\n" not in status and page.locator("#try-translate").is_disabled()
     page.close()
 
 

@@ -1,8 +1,8 @@
 // The "Try it" page: the shipped English→German model, exported to ONNX by part 9d, run in the
 // browser by onnxruntime-web (WebAssembly), with sentencepiece compiled to WebAssembly.
-// tools/build_try.sh puts ort/, sentencepiece.mjs and model/ beside this file in the built site.
-import * as ort from "./ort/ort.wasm.bundle.min.mjs";
-import { SentencePieceProcessor } from "./sentencepiece.mjs";
+// tools/build_try.sh puts ort/, sentencepiece.mjs and model/ beside this file in the built site;
+// they are imported in load(), so that a file that fails to load is reported on the page.
+let ort, SentencePieceProcessor;
 
 const here = (path) => new URL(path, import.meta.url).href;
 const $ = (id) => document.getElementById(id);
@@ -15,9 +15,12 @@ function say(text, state) {
   if (state) root.dataset.state = state;
 }
 
+const reason = (e) => String(e?.message ?? e);   // onnxruntime-web may throw a plain string
+
 // Chapter 8's normalize_line: NFKC, zero-width spaces dropped, each run of whitespace (as
 // Python's str.split sees it) one space, the ends stripped.
-const WHITESPACE = /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
+const WHITESPACE =
+  /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
 function normalizeLine(line) {
   return line.normalize("NFKC").replace(/[\u200b\ufeff]/g, "")
     .split(WHITESPACE).filter(Boolean).join(" ");
@@ -30,7 +33,9 @@ async function fetchAll(names, progress) {
     if (!r.ok) throw new Error(`${name}: HTTP ${r.status}`);
     return r;
   }));
-  const total = responses.reduce((n, r) => n + Number(r.headers.get("content-length") || 0), 0);
+  // a compressed response's length is not the length of what it unpacks to: no total then
+  const total = responses.some((r) => r.headers.get("content-encoding")) ? 0
+    : responses.reduce((n, r) => n + Number(r.headers.get("content-length") || 0), 0);
   let loaded = 0;
   return Promise.all(responses.map(async (r) => {
     const reader = r.body.getReader(), chunks = [];
@@ -60,9 +65,15 @@ async function load() {
   const bar = $("try-progress");
   bar.hidden = false;
   say("Loading the model…", "loading");
+  ort = await import("./ort/ort.wasm.bundle.min.mjs");
+  ({ SentencePieceProcessor } = await import("./sentencepiece.mjs"));
   const [config, tokenizer, encoder, step, wasm] = await fetchAll(FILES, (loaded, total) => {
-    bar.max = Math.max(total, loaded);
-    bar.value = loaded;
+    if (total) {
+      bar.max = total;
+      bar.value = Math.min(loaded, total);
+    } else {
+      bar.removeAttribute("value");      // an indeterminate bar
+    }
     say(`Loading the model… ${(loaded / 1e6).toFixed(1)} MB`);
   });
   ort.env.wasm.wasmBinary = wasm;       // the bytes fetched above, not a second download
@@ -113,7 +124,9 @@ async function step(model, tokens, mask, past, cross) {
                   mask, ...past, ...cross];
   const res = await model.step.run(Object.fromEntries(names.inputs.map((n, k) => [n, values[k]])));
   const logp = res[names.outputs[0]].data, V = logp.length / tokens.length;
-  for (let r = 0; r < tokens.length; r++) logp[r * V + c.pad_id] = logp[r * V + c.bos_id] = -Infinity;
+  for (let r = 0; r < tokens.length; r++) {
+    logp[r * V + c.pad_id] = logp[r * V + c.bos_id] = -Infinity;
+  }
   return { logp, V, past: names.outputs.slice(1, 1 + 2 * L).map((n) => res[n]),
            attn: names.outputs.slice(1 + 2 * L).map((n) => res[n].data) };
 }
@@ -137,11 +150,11 @@ async function greedy(model, src) {
   return { out, attn };
 }
 
-// §6.1: beam size 4 and length penalty α = 0.6, chapter 7's defaults; the penalty is GNMT's
-// (Wu et al., 2016), chapter 7's length_penalty.
-const BEAM_SIZE = 4, ALPHA = 0.6;
+// GNMT's length penalty (Wu et al., 2016), chapter 7's length_penalty.
 const penalty = (length, alpha) => ((5 + length) / 6) ** alpha;
-const f32 = Math.fround;     // scores are float32 in chapter 7's search; so are they here
+// Chapter 7 keeps scores in float32: sums and quotients are rounded to float32 here too (the
+// penalty itself is computed in double, which can move a score by one float32 step at most).
+const f32 = Math.fround;
 
 // Beam search of §6.1, as chapter 7's beam_search for one sentence: each step keeps the best
 // 2K extensions of the K beams; those of the best K that end (EOS, or the length limit) join
@@ -162,7 +175,8 @@ async function beam(model, src, K, alpha) {
       if (beams[k].score === -Infinity) continue;
       for (let v = 0; v < r.V; v++) {
         const score = f32(beams[k].score + r.logp[k * r.V + v]);
-        if (score === -Infinity || (top.length === 2 * K && score <= top[2 * K - 1].score)) continue;
+        if (score === -Infinity) continue;
+        if (top.length === 2 * K && score <= top[2 * K - 1].score) continue;
         let at = top.length;
         while (at > 0 && top[at - 1].score < score) at--;
         top.splice(at, 0, { score, k, v });
@@ -181,7 +195,7 @@ async function beam(model, src, K, alpha) {
     const next = top.filter((t) => t.v !== c.eos_id).slice(0, K);
     const bound = f32(next[0].score / f32(Math.max(penalty(i + 1, alpha), penalty(limit, alpha))));
     if (i >= limit || (finished.length && bound <= finished[0].score)) break;
-    past = r.past.map((t) => pickRows(t, next.map((t) => t.k)));
+    past = r.past.map((cache) => pickRows(cache, next.map((t) => t.k)));
     beams = next.map((t) => ({ score: t.score, ids: [...beams[t.k].ids, t.v],
                                attn: [...beams[t.k].attn, attnOf(t.k)], last: t.v }));
   }
@@ -195,7 +209,8 @@ async function translate(model, line, beamSize) {
   const cut = src.length > maxSrc;
   if (cut) src = src.slice(0, maxSrc);
   const t0 = performance.now();
-  const { out, attn } = beamSize > 1 ? await beam(model, src, beamSize, ALPHA)
+  if (!src.length) return null;        // no pieces at all: nothing to translate
+  const { out, attn } = beamSize > 1 ? await beam(model, src, beamSize, c.alpha)
                                      : await greedy(model, src);
   return { src, out, attn, cut, ms: performance.now() - t0, text: model.sp.decodeIds(out) };
 }
@@ -264,30 +279,48 @@ async function main() {
   try {
     model = await load();
   } catch (e) {
-    say(`The model could not be loaded (${e.message}).`, "error");
+    say(`The model could not be loaded (${reason(e)}).`, "error");
     return;
   }
-  const button = $("try-translate"), source = $("try-source"), output = $("try-output");
+  const c = model.config, button = $("try-translate"), source = $("try-source");
+  const output = $("try-output");
+  const clear = () => {
+    output.textContent = $("try-time").textContent = "";
+    $("try-heatmap").replaceChildren();
+    $("try-controls").hidden = true;
+  };
   const run = async () => {
+    if (root.dataset.state === "busy") return;
     const line = normalizeLine(source.value);
-    if (!line || root.dataset.state === "busy") return;
+    if (!line) {
+      say("Type an English sentence first.", "ready");
+      return;
+    }
     button.disabled = true;
     say("Translating…", "busy");
     try {
       const beamSize = Number($("try-search").value);
       const r = await translate(model, line, beamSize);
+      clear();
+      if (r === null) {
+        say("The tokenizer finds no pieces in this text.", "ready");
+        return;
+      }
       output.textContent = r.text;
+      // what the page computed, for a reader's console and for the book's checks
       output.dataset.ids = JSON.stringify(r.out);
       output.dataset.srcIds = JSON.stringify(r.src);
       root.dataset.ms = r.ms.toFixed(1);
-      $("try-time").textContent = (beamSize > 1 ? `Beam search, ${beamSize} beams` : "Greedy search")
+      $("try-time").textContent = (beamSize > 1 ? `Beam search, ${beamSize} beams`
+                                                : "Greedy search")
         + `: ${r.out.length} pieces from ${r.src.length} in ${r.ms.toFixed(0)} ms`
         + (r.cut ? `; the source was cut to ${r.src.length} pieces to fit the model` : "");
       showAttention(model, r);
-      say("Ready.", "ready");
+      say(r.out.length ? "Ready." : "Ready. The model ended the translation at once.", "ready");
     } catch (e) {
-      say(`The translation failed (${e.message}).`, "error");
-      throw e;
+      clear();
+      say(`The translation failed (${reason(e)}).`, "error");
+      throw e;                 // and to the console, with its stack, for a bug report
     } finally {
       root.dataset.done = String(Number(root.dataset.done) + 1);
       button.disabled = false;
@@ -297,8 +330,9 @@ async function main() {
   source.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); run(); }
   });
-  $("try-search").replaceChildren(new Option(`beam search, ${BEAM_SIZE} beams (§6.1)`, String(BEAM_SIZE)),
-                                  new Option("greedy search", "1"));
+  $("try-search").replaceChildren(
+    new Option(`beam search, ${c.beam_size} beams (§6.1)`, String(c.beam_size)),
+    new Option("greedy search", "1"));
   button.disabled = false;
   say("Ready: type an English sentence and press Enter.", "ready");
 }
