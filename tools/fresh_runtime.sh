@@ -95,7 +95,9 @@ for nb in "${notebooks[@]}"; do
   t1=$SECONDS
   quick=""; [[ "$SHRUNK" == *" $name "* ]] && quick=1
   # the chapter's install requirement, as its install cell names it (on main)
-  spec=$(git -C "$REPO" show "main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p;T;q')
+  # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
+  spec=$(git -C "$REPO" show "main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
+  spec=${spec%%$'\n'*}
   env_dir=$tmp/venv_$(echo "${spec:-none}" | tr -c 'a-z0-9\n' '_') run=$tmp/run_$name
   runtime="found in the runtime"
   if [ ! -d "$env_dir" ]; then
