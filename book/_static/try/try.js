@@ -77,7 +77,7 @@ async function load() {
     say(`Loading the model… ${(loaded / 1e6).toFixed(1)} MB`);
   });
   ort.env.wasm.wasmBinary = wasm;       // the bytes fetched above, not a second download
-  ort.env.wasm.numThreads = 1;          // threads need cross-origin isolation (see below)
+  ort.env.wasm.numThreads = 1;          // threads need cross-origin isolation (the page says)
   const sp = new SentencePieceProcessor();
   await sp.loadFromB64StringModel(base64(tokenizer));
   const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all" };
