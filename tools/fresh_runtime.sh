@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The "fresh runtime" stage: every chapter as a Colab reader meets it. For each notebook:
+# The chapters' stage: every chapter as a Colab reader meets it, its stored outputs compared.
+# For each notebook:
 #   - a virtual environment holding only what the kernel brings (PyTorch, ipykernel and
 #     the scientific stack a Colab-like runtime has, on Colab's Python 3.12 where this machine
 #     has it) and what the chapter's own install requirement installs. Chapters whose install
@@ -7,17 +8,26 @@
 #     one environment, made new for the first of them, whose cell runs the real
 #     `pip install`; the others find the package installed and skip pip. So each of the six
 #     requirements is installed from the real URL and ref once per run, not once per
-#     chapter (Colab gives each notebook a runtime of its own): about 270 s less;
+#     chapter (Colab gives each notebook a runtime of its own);
 #   - the notebook copied alone into an empty folder outside the checkout: no ../shared, no
 #     runs/, no models/ beside it;
-#   - executed top to bottom (nbval in lax mode: every cell runs, every assertion counts),
-#     its install cell running its real `pip install` of the real URL and ref.
+#   - executed top to bottom under nbval: every cell runs, every assertion counts, and every
+#     output is compared with the stored one (sanitized as tools/nbval_sanitize.cfg says).
+#     The chapters listed in tools/outputs_by_place.txt print where their data or model came
+#     from, which differs here by design: they run with their outputs not compared (nbval's
+#     lax mode), and the test command compares them in the checkout.
 # Only hosts are swapped, never refs or paths: git's `url.<mirror>.insteadOf` sends
 # github.com/<org>/<repo> to a bare mirror of this repository holding its branches and tags;
 # AT_MODEL_HOST sends the model download to tools/raw_server.py, which answers
 # /<org>/<repo>/<ref>/<path> from `git show <ref>:<path>` in that mirror (404 otherwise); the
 # data comes from a folder in the Hub's layout built from ../shared. A ref or file that the
 # repository lacks fails here as it fails for a reader.
+# What the mirror's main holds: main itself on a clean checkout of main (CI). Anywhere else
+# (uncommitted changes, another branch) it holds a snapshot of the working tree, untracked
+# files that git does not ignore included, so that the test command tests the code in front
+# of it; the script says so when it does.
+# Chapters run in full, except those in SHRUNK below, whose full runs take minutes; with
+# AT_QUICK set (the test command sets it) every chapter runs shrunk, as in the checkout.
 # Usage: tools/fresh_runtime.sh [NOTEBOOK ...]   (default: every chapter in nbs/)
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -31,11 +41,6 @@ notebooks=("$@")
 
 URL=$(grep -A2 '^repository:' _config.yml | sed -n 's/^ *url: *//p')   # https://github.com/<org>/<repo>
 ORG_REPO=${URL#https://github.com/}
-if [ -n "$(git status --porcelain --untracked-files=no)" ] \
-   || [ "$(git rev-parse HEAD)" != "$(git rev-parse --verify --quiet main || true)" ]; then
-  echo "note: readers install what the repository's refs name (main: $(git rev-parse --short main));" \
-       "uncommitted changes and other branches are not tested here"
-fi
 # Colab's Python where this machine has it (pyenv's shims answer only for the global version)
 KERNEL_PYTHON=python3
 for p in python3.12 "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12; do
@@ -54,8 +59,10 @@ trap cleanup EXIT
 t0=$SECONDS
 "$KERNEL_PYTHON" -m venv "$tmp/kernel"
 quiet() { "$@" >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; return 1; }; }
-quiet "$tmp/kernel/bin/pip" install $TORCH_SPEC
-quiet "$tmp/kernel/bin/pip" install $KERNEL_REQS
+# --no-compile: the runtime compiles what it imports, once (PYTHONDONTWRITEBYTECODE is unset
+# below), not all of PyTorch at install (about 50 s)
+quiet "$tmp/kernel/bin/pip" install --no-compile $TORCH_SPEC
+quiet "$tmp/kernel/bin/pip" install --no-compile $KERNEL_REQS
 kernel_site=$("$tmp/kernel/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 echo "kernel requirements ready ($((SECONDS - t0)) s): $("$tmp/kernel/bin/python" -V), $TORCH_SPEC $KERNEL_REQS"
 
@@ -70,6 +77,18 @@ fi
 
 # the repository as github.com serves it: its branches and tags, in a bare mirror
 git clone --quiet --bare "$REPO" "$tmp/mirror.git"
+# main there: this working tree, as a commit, where it differs from main
+main=$(git rev-parse --verify --quiet main || true)
+if [ -n "$(git status --porcelain)" ] || [ "$(git rev-parse HEAD)" != "$main" ]; then
+  cp "$(git rev-parse --git-path index)" "$tmp/index"
+  GIT_INDEX_FILE=$tmp/index git add -A
+  tree=$(GIT_INDEX_FILE=$tmp/index git write-tree)
+  main=$(git -c user.name=fresh_runtime.sh -c user.email=fresh_runtime@localhost \
+           commit-tree "$tree" -p HEAD -m "the working tree, for tools/fresh_runtime.sh")
+  git push --quiet --force "$tmp/mirror.git" "$main:refs/heads/main"
+  echo "note: the mirror's main is this working tree (uncommitted changes or another branch);" \
+       "on the real host, readers get main as committed and pushed"
+fi
 cat >"$tmp/gitconfig" <<CFG
 [url "file://$tmp/mirror.git"]
 	insteadOf = $URL
@@ -86,17 +105,20 @@ cat >"$tmp/pytest.ini" <<'INI'
 addopts = -p no:cacheprovider
 INI
 
-# Chapters run as a reader runs them, with no quick mode, except these, whose full runs take
-# minutes (bench/run_all.py times them; the introduction's table): they shrink their sizes.
+# shrunk even by hand: their full runs take minutes (bench/run_all.py times them; the
+# introduction's table)
 SHRUNK=" 06d_copy 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
+BY_PLACE=" $(grep -v '^#' tools/outputs_by_place.txt | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
 failed=()
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
   t1=$SECONDS
-  quick=""; [[ "$SHRUNK" == *" $name "* ]] && quick=1
+  quick=${AT_QUICK:+1}; [[ "$SHRUNK" == *" $name "* ]] && quick=1
+  compare=(--nbval --nbval-sanitize-with "$REPO/tools/nbval_sanitize.cfg"); how="outputs compared"
+  [[ "$BY_PLACE" == *" $name "* ]] && { compare=(--nbval-lax); how="outputs by place, not compared"; }
   # the chapter's install requirement, as its install cell names it (on main)
   # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
-  spec=$(git -C "$REPO" show "main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
+  spec=$(git -C "$REPO" show "$main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
   spec=${spec%%$'\n'*}
   env_dir=$tmp/venv_$(echo "${spec:-none}" | tr -c 'a-z0-9\n' '_') run=$tmp/run_$name
   runtime="found in the runtime"
@@ -112,18 +134,17 @@ for nb in "${notebooks[@]}"; do
  "display_name": "fresh $name", "language": "python"}
 JSON
   # the notebook as Colab opens it: from the repository's main branch, not the working tree
-  git -C "$REPO" show "main:nbs/$name.ipynb" >"$run/$name.ipynb"
+  git -C "$REPO" show "$main:nbs/$name.ipynb" >"$run/$name.ipynb"
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
-        JUPYTER_PATH="$tmp/jupyter" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 \
-        ${quick:+AT_QUICK=1} \
-        MPLBACKEND=Agg AT_CACHE_DIR="$tmp/cache_$name" \
+        -u AT_QUICK -u MPLBACKEND -u PYTHONDONTWRITEBYTECODE JUPYTER_PATH="$tmp/jupyter" \
+        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ${quick:+AT_QUICK=1} AT_CACHE_DIR="$tmp/cache_$name" \
         GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \
-          --nbval-lax --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
+          "${compare[@]}" --nbval-kernel-name "$name" "$name.ipynb" >"$tmp/$name.log" 2>&1)
   then
-    echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk}; ${spec:-no install cell}," \
-         "$runtime)"
+    echo "fresh runtime: $name passed ($((SECONDS - t1)) s${quick:+, shrunk}; $how;" \
+         "${spec:-no install cell}, $runtime)"
   else
     cat "$tmp/$name.log"
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"

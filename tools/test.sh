@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (`make test`): seven stages, each timed (the sixth runs beside 2b-5).
+# The test command (`make test`): seven stages, each timed (the sixth runs beside 2-5).
 # Run from the repository root.
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -66,8 +66,12 @@ nbval() {
   $BIN/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg "$@"
 }
 
-notebooks() {  # tests/site needs the built site: stage 4 runs it
-  nbval --durations=12 nbs $(test -d tests && echo tests --ignore=tests/site)
+# Every chapter runs, its outputs compared, in stage 6 (a fresh runtime, as a reader meets
+# it). Those whose outputs say where their data or model came from are compared here, in the
+# checkout, beside the tests (tests/site needs the built site: stage 4 runs it).
+checkout() {
+  nbval --durations=12 $(grep -v '^#' tools/outputs_by_place.txt) \
+    $(test -d tests && echo tests --ignore=tests/site)
 }
 
 second_kernel_path() {
@@ -138,16 +142,16 @@ PY
 }
 
 stage "1 sync and clean" sync_check
-stage "2 notebooks (nbval)" notebooks
-# Stage 6 uses nothing that stages 2b-5 make, and much of its time goes to pip and to work on
+# Stage 6 uses nothing that stages 2-5 make, and much of its time goes to pip and to work on
 # one thread, as do theirs: it runs beside them, in a process group of its own (stopped if
 # the command fails first); its log is printed after stage 5.
-echo "=== stage: 6 fresh runtime (chapters), beside stages 2b-5: its log follows stage 5"
+echo "=== stage: 6 every chapter in a fresh runtime, beside stages 2-5: its log follows stage 5"
 fresh_log=$(mktemp)
 t6=$SECONDS
 setsid bash tools/fresh_runtime.sh >"$fresh_log" 2>&1 &
 fresh_pid=$!
 trap 'kill -- -$fresh_pid 2>/dev/null || true' EXIT
+stage "2 tests, chapters by place" checkout
 stage "2b second kernel path (AVX2)" second_kernel_path
 stage "3 book (-W)" book
 stage "4 site check" site
@@ -158,7 +162,7 @@ wait "$fresh_pid" || fresh_rc=$?
 trap - EXIT
 cat "$fresh_log"
 rm -f "$fresh_log"
-TIMES+=("$(printf '%-28s %4ds' "6 fresh runtime (beside)" $((SECONDS - t6)))")
+TIMES+=("$(printf '%-28s %4ds' "6 chapters, fresh (beside)" $((SECONDS - t6)))")
 [ "$fresh_rc" -eq 0 ] || { echo "stage 6 (fresh runtime) failed" >&2; exit "$fresh_rc"; }
 stage "7 workflows and dists" bash tools/lint.sh
 
