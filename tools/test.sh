@@ -27,6 +27,13 @@ export AT_QUICK=1
 # Nothing in the tests may reach a hub.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export PYTHONHASHSEED=0
+# Stages run side by side on few cores. PyTorch's OpenMP threads spin after each parallel
+# region; when they share the cores with another process's, a spinning thread can hold the
+# core its partner waits for. Measured on this 2-core machine (150 copy-task training steps,
+# 2 threads, beside another 2-thread PyTorch process): 29.3 s by default, 13.4 s with a
+# short spin (alone: 7.6 and 8.6 s). Chapter 7a's training took 553 s instead of 72 in the
+# fresh runtime. The spin changes how long threads wait, never a number they compute.
+export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 
 declare -a TIMES=()
 stage() {  # stage NAME COMMAND...
