@@ -116,7 +116,7 @@ for nb in "${notebooks[@]}"; do
   quick=${AT_QUICK:+1}; [[ "$SHRUNK" == *" $name "* ]] && quick=1
   compare=(--nbval --nbval-sanitize-with "$REPO/tools/nbval_sanitize.cfg"); how="outputs compared"
   [[ "$BY_PLACE" == *" $name "* ]] && { compare=(--nbval-lax); how="outputs by place, not compared"; }
-  # the chapter's install requirement, as its install cell names it (on main)
+  # the chapter's install requirement, as its install cell names it (on the mirror's main)
   # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
   spec=$(git -C "$REPO" show "$main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
   spec=${spec%%$'\n'*}
@@ -133,7 +133,7 @@ for nb in "${notebooks[@]}"; do
 {"argv": ["$env_dir/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
  "display_name": "fresh $name", "language": "python"}
 JSON
-  # the notebook as Colab opens it: from the repository's main branch, not the working tree
+  # the notebook as Colab opens it: from the main branch the mirror serves
   git -C "$REPO" show "$main:nbs/$name.ipynb" >"$run/$name.ipynb"
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
         -u AT_QUICK -u MPLBACKEND -u PYTHONDONTWRITEBYTECODE JUPYTER_PATH="$tmp/jupyter" \
