@@ -32,24 +32,28 @@ def test_files_listed_with_their_hashes_and_small():
     assert size <= 20 * 2**20, f"models/multi30k_en_de is {size / 2**20:.1f} MiB > 20"
 
 
-def test_card_bleu_is_what_the_committed_files_score(multi30k):
-    translator = Translator.from_pretrained(MODEL)
+@pytest.fixture(scope="module")
+def test_set(multi30k):
+    """The committed model on the CPU, test_2016_flickr's sources and references, and its
+    float32 translations at the defaults (beam 4, α 0.6: the card's settings)."""
+    translator = Translator.from_pretrained(MODEL, device="cpu")
     src = (multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
     ref = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    hyps = translator.translate(src, batch_size=64,          # beam 4, α 0.6: the defaults
-                                precision="fp32")             # the card's precision
-    score, signature = corpus_bleu(hyps, ref)
+    return translator, src, ref, translator.translate(src, precision="fp32")
+
+
+def test_card_bleu_is_what_the_committed_files_score(test_set):
+    _, _, ref, fp32 = test_set
+    score, signature = corpus_bleu(fp32, ref)
     print(score, signature)
     assert abs(score.score - card_bleu()) <= 0.05, (score.score, card_bleu())
 
 
-def test_int8_within_0_3_bleu_of_fp32(multi30k):
+def test_int8_within_0_3_bleu_of_fp32(test_set):
     """Chapter 7a's int8 copy, through the translator: BLEU within 0.3 of float32 on the
     whole test set, and the copy made once."""
-    translator = Translator.from_pretrained(MODEL, device="cpu")
-    src = (multi30k / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
-    ref = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    fp32 = corpus_bleu(translator.translate(src, precision="fp32"), ref)[0].score
+    translator, src, ref, fp32 = test_set
+    fp32 = corpus_bleu(fp32, ref)[0].score
     int8 = corpus_bleu(translator.translate(src, precision="int8"), ref)[0].score
     assert abs(int8 - fp32) <= 0.3, (int8, fp32)
     kept = translator._converted[("int8", "cpu")]

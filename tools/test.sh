@@ -120,13 +120,15 @@ JSON
     && echo "installed CLI: trained, translated 20 lines, evaluated")
 }
 
-wheel() {
+wheel() (  # a subshell: the environment change below stays here
+  unset PYTHONDONTWRITEBYTECODE   # the new venv compiles what it imports, once
   local tmp; tmp=$(mktemp -d)
   $BIN/python -m build --wheel --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
   python3 -m venv "$tmp/venv"
-  "$tmp/venv/bin/pip" install -q $TORCH_FLOOR_SPEC   # the floor, not the pin: it must work too
+  # the floor, not the pin: it must work too. --no-compile: not all of torch at install
+  "$tmp/venv/bin/pip" install -q --no-compile $TORCH_FLOOR_SPEC
   local wheel; wheel=$(ls "$tmp"/dist/*.whl)
-  "$tmp/venv/bin/pip" install -q "$wheel[data]"
+  "$tmp/venv/bin/pip" install -q --no-compile "$wheel[data]"
   local floor; floor=$(echo "$TORCH_FLOOR_SPEC" | sed -n 's/.*torch==\([0-9.]*\).*/\1/p')
   (cd "$tmp" && TORCH_FLOOR="$floor" "$tmp/venv/bin/python" - <<'PY'
 import annotated_transformer as at, os, pathlib
@@ -146,7 +148,7 @@ PY
   )
   cli_from_wheel "$tmp"
   rm -rf "$tmp"
-}
+)
 
 stage "1 sync and clean" sync_check
 # Stage 6 uses nothing that stages 2-5 make, and much of its time goes to pip and to work on
