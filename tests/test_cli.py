@@ -120,12 +120,18 @@ def test_clear_errors(tmp_path, capsys):
         assert "usage:" in capsys.readouterr().err
 
 
-def test_help_via_python_m():
-    for args in ([], ["train"], ["translate"], ["evaluate"]):
-        r = subprocess.run([sys.executable, "-m", "annotated_transformer",
-                            *args, "--help"], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
-        assert r.returncode == 0 and "usage: annotated-transformer" in r.stdout, r.stderr
+def test_help_via_python_m(capsys):
+    """`python -m annotated_transformer --help` in a process of its own; each command's help
+    through `main`, in this one."""
+    r = subprocess.run([sys.executable, "-m", "annotated_transformer", "--help"],
+                       capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert r.returncode == 0 and "usage: annotated-transformer" in r.stdout, r.stderr
+    for command in ("train", "translate", "evaluate"):
+        with pytest.raises(SystemExit) as e:
+            main([command, "--help"])
+        assert e.value.code == 0
+        assert f"usage: annotated-transformer {command}" in capsys.readouterr().out
 
 
 def test_version(capsys):

@@ -13,6 +13,9 @@
 #     runs/, no models/ beside it;
 #   - executed top to bottom under nbval: every cell runs, every assertion counts, and every
 #     output is compared with the stored one (sanitized as tools/nbval_sanitize.cfg says).
+#     The chapters listed in tools/second_path.txt run on a reader's other kernel path (AVX2
+#     without bf16, emulated; one thread), so that their stored outputs, which come from a run
+#     on this machine's own kernels, must hold on both.
 #     The chapters listed in tools/outputs_by_place.txt print where their data or model came
 #     from, which differs here by design: they run with their outputs not compared (nbval's
 #     lax mode), and the test command compares them in the checkout.
@@ -109,6 +112,13 @@ INI
 # introduction's table)
 SHRUNK=" 06d_copy 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
 BY_PLACE=" $(grep -v '^#' tools/outputs_by_place.txt | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
+# the other kernel path (tools/second_path.txt): an AVX2 CPU without bf16, one thread
+SECOND=" $(grep -v '^#' tools/second_path.txt | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
+AVX2=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
+      OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
+echo "the other kernel path: $(env -u PYTHONDONTWRITEBYTECODE "${AVX2[@]}" "$tmp/kernel/bin/python" \
+  -c 'import torch; print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads())'
+  ) (kernels, threads)"
 failed=()
 for nb in "${notebooks[@]}"; do
   name=$(basename "$nb" .ipynb)
@@ -116,6 +126,7 @@ for nb in "${notebooks[@]}"; do
   quick=${AT_QUICK:+1}; [[ "$SHRUNK" == *" $name "* ]] && quick=1
   compare=(--nbval --nbval-sanitize-with "$REPO/tools/nbval_sanitize.cfg"); how="outputs compared"
   [[ "$BY_PLACE" == *" $name "* ]] && { compare=(--nbval-lax); how="outputs by place, not compared"; }
+  path=(); [[ "$SECOND" == *" $name "* ]] && { path=("${AVX2[@]}"); how="$how; AVX2, 1 thread"; }
   # the chapter's install requirement, as its install cell names it (on the mirror's main)
   # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
   spec=$(git -C "$REPO" show "$main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
@@ -138,6 +149,7 @@ JSON
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
         -u AT_QUICK -u MPLBACKEND -u PYTHONDONTWRITEBYTECODE JUPYTER_PATH="$tmp/jupyter" \
         HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ${quick:+AT_QUICK=1} AT_CACHE_DIR="$tmp/cache_$name" \
+        "${path[@]}" \
         GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \
         "$REPO/$VENV/bin/python" -m pytest -c "$tmp/pytest.ini" --rootdir "$run" -q \

@@ -61,31 +61,17 @@ assert REPOSITORY_URL == url, f"REPOSITORY_URL {REPOSITORY_URL} != _config.yml {
 PY
 }
 
-# The chapters whose stored outputs come from training, selection or sampling run a second
-# time on another kernel path: a reader's AVX2 CPU without bf16, emulated here (PyTorch's
-# kernels, oneDNN and MKL capped at AVX2) on one thread. Their stored outputs must hold on both.
-SECOND_PATH=(nbs/06a_training.ipynb nbs/06d_copy.ipynb nbs/07_decoding.ipynb
-             nbs/07a_quantization.ipynb
-             nbs/09b_translator.ipynb nbs/09c_recipe.ipynb nbs/11_inside.ipynb
-             nbs/12_ablations.ipynb)
-
 nbval() {
   $BIN/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tools/nbval_sanitize.cfg "$@"
 }
 
 # Every chapter runs, its outputs compared, in stage 6 (a fresh runtime, as a reader meets
-# it). Those whose outputs say where their data or model came from are compared here, in the
+# it; the chapters in tools/second_path.txt on a reader's AVX2 kernel path, one thread).
+# Those whose outputs say where their data or model came from are compared here, in the
 # checkout, beside the tests (tests/site needs the built site: stage 4 runs it).
 checkout() {
   nbval --durations=12 $(grep -v '^#' tools/outputs_by_place.txt) \
     $(test -d tests && echo tests --ignore=tests/site)
-}
-
-second_kernel_path() {
-  echo "kernel path: $(ATEN_CPU_CAPABILITY=avx2 $BIN/python -c \
-    'import torch; print(torch.backends.cpu.get_cpu_capability())'), 1 thread"
-  ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-    OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nbval "${SECOND_PATH[@]}"
 }
 
 book() {
@@ -161,7 +147,6 @@ setsid bash tools/fresh_runtime.sh >"$fresh_log" 2>&1 &
 fresh_pid=$!
 trap 'kill -- -$fresh_pid 2>/dev/null || true' EXIT
 stage "2 tests, chapters by place" checkout
-stage "2b second kernel path (AVX2)" second_kernel_path
 stage "3 book (-W)" book
 stage "4 site check" site
 stage "5 wheel + CLI in fresh venv" wheel
