@@ -162,8 +162,9 @@ JSON
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"
     failed+=("$name")
   fi
-  # the package must have come from the install cell, not from anywhere else
-  (cd "$run" && "$env_dir/bin/python" -c "import annotated_transformer as m, sys; sys.exit(0 if '$env_dir' in m.__file__ else 1)") \
+  # the package must have come from the install cell, not from anywhere else (found where
+  # an import would find it, without running it: that would import PyTorch)
+  (cd "$run" && "$env_dir/bin/python" -c "import importlib.util as u, sys; s = u.find_spec('annotated_transformer'); sys.exit(0 if s and '$env_dir' in s.origin else 1)") \
     || { echo "fresh runtime: $name did not install the package into its own venv"; failed+=("$name"); }
 done
 echo "fresh runtime: ${#notebooks[@]} chapters in $((SECONDS - t0)) s"
