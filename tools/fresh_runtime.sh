@@ -111,9 +111,12 @@ INI
 # shrunk even by hand: their full runs take minutes (bench/run_all.py times them; the
 # introduction's table)
 SHRUNK=" 06d_copy 07_decoding 09b_translator 09d_export 10_why_attention 11_inside "
-BY_PLACE=" $(grep -v '^#' tools/outputs_by_place.txt | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
+listed() {  # the chapters a list file names, as " name name ... "
+  echo " $(grep -v '^#' "$1" | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
+}
+BY_PLACE=$(listed tools/outputs_by_place.txt)
 # the other kernel path (tools/second_path.txt): an AVX2 CPU without bf16, one thread
-SECOND=" $(grep -v '^#' tools/second_path.txt | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
+SECOND=$(listed tools/second_path.txt)
 AVX2=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
       OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
 echo "the other kernel path: $(env -u PYTHONDONTWRITEBYTECODE "${AVX2[@]}" "$tmp/kernel/bin/python" \
