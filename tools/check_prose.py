@@ -36,6 +36,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWLIST = ROOT / "tools/prose_allowlist.txt"
+# pages whose prose is not yet tied, one path a line: checked only when named on the command
+# line, and listed on every run until they leave this file (the list only shrinks)
+PENDING = ROOT / "tools/prose_pending.txt"
 
 TIE = re.compile(r"<!--\s*tie:([\w.-]+)\s*-->")
 NUMERAL = re.compile(r"[-−+]?\d[\d,\u2009\u202f]*(?:\.\d+)?(?:e[-+]?\d+)?")
@@ -64,9 +67,10 @@ GENERATED = re.compile(r"<!-- ([\w-]+): begin -->.*?<!-- \1: end -->", re.S)
 
 # Words that narrate how the book was made: (pattern, what it is)
 HARNESS = [
-    (r"\btests?\b(?!\s+(?:sets?|sentences?|splits?|data|pairs?|BLEU|loss|losses|perplexit"
-     r"(?:y|ies)|files?|translations?|corpus|examples?|sequences?|scores?|accuracy|"
-     r"statistics?|points?|positions?|set's|half))", "the tests"),
+    # "test" itself is a statistical word (a paired test, the test set); these are not
+    (r"\b(?:unit|smoke|regression|integration)\s+tests?\b|\btest\s+(?:suite|runs?|"
+     r"command|stage|harness)\b|\b(?:the book's|our|the)\s+tests\b(?!\s+(?:of|per|at|on)\b)"
+     r"|\btests/", "the tests"),
     (r"\bCI\b", "CI"), (r"\bnbval\b", "nbval"), (r"\bpytest\b", "pytest"),
     (r"\bquick[ -]mode\b", "quick mode"), (r"\bAT_QUICK\b", "the quick switch"),
     (r"\bsessions?\b", "a session"), (r"\blent\b", "a lent machine"),
@@ -247,7 +251,14 @@ def check_page(path: Path, phrases: list[str], listing: bool = False) -> list[st
     return problems
 
 
-def pages() -> list[Path]:
+def pending() -> set[Path]:
+    if not PENDING.exists():
+        return set()
+    return {ROOT / l.strip() for l in PENDING.read_text().splitlines()
+            if l.strip() and not l.startswith("#")}
+
+
+def pages(include_pending: bool = False) -> list[Path]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
     for part in toc.get("parts", []):
@@ -257,7 +268,7 @@ def pages() -> list[Path]:
         for ext in (".ipynb", ".md"):
             if (ROOT / (f + ext)).exists():
                 out.append(ROOT / (f + ext))
-    return out
+    return out if include_pending else [p for p in out if p not in pending()]
 
 
 def main(argv=None) -> int:
@@ -268,12 +279,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     phrases = allow_phrases()
     problems = []
-    for p in args.paths or pages():
+    todo = args.paths or pages()
+    for p in todo:
         problems += check_page(p, phrases, args.list)
     for p in problems:
         print(p)
-    n = len(args.paths or pages())
-    print(f"check_prose: {len(problems)} problem(s) in {n} page(s)", file=sys.stderr)
+    print(f"check_prose: {len(problems)} problem(s) in {len(todo)} page(s)", file=sys.stderr)
+    if not args.paths and pending():
+        names = ", ".join(sorted(p.relative_to(ROOT).as_posix() for p in pending()))
+        print(f"check_prose: not yet tied, skipped ({PENDING.name}): {names}", file=sys.stderr)
     return 1 if problems else 0
 
 

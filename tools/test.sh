@@ -52,6 +52,8 @@ sync_check() {
     return 1
   fi
   $BIN/python tools/nbclean.py --check
+  # every number in the prose tied to an output, no narration of the book's making
+  $BIN/python tools/check_prose.py
   # the repository URL lives in _config.yml; the library's copy (model downloads) must agree
   $BIN/python - <<'PY'
 import yaml
