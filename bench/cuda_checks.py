@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.formats import (BOS_ID, CHECKPOINTS_DIR, EOS_ID, FIRST_WORD_ID,
+                                           METRICS_FILE, PAD_ID)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
 from annotated_transformer.trainer import read_metrics
@@ -25,7 +27,7 @@ for precision in ["fp16", "bf16", "fp32"]:
     run_dir, t0 = tempfile.mkdtemp(), time.perf_counter()
     train_copy_model(run_dir, vocab_size=16, retrain=True, precision=precision,
                      steps=400)
-    metrics = read_metrics(Path(run_dir) / "checkpoints" / "metrics.jsonl")
+    metrics = read_metrics(Path(run_dir) / CHECKPOINTS_DIR / METRICS_FILE)
     losses = [x["loss"] for x in metrics if "loss" in x]
     last_eval = [x for x in metrics if "eval_loss" in x][-1]
     print(f"copy task {precision}: {time.perf_counter() - t0:.1f} s, loss "
@@ -36,13 +38,13 @@ torch.manual_seed(0)
 dev = torch.device("cuda")
 model = make_model(50, 50, TransformerConfig(n_layers=2, d_model=64, d_ff=128,
                                              n_heads=4)).to(dev).eval()
-src = torch.randint(4, 50, (6, 9), device=dev)
-src[2, 6:] = 0                                                 # a padded source
+src = torch.randint(FIRST_WORD_ID, 50, (6, 9), device=dev)
+src[2, 6:] = PAD_ID                                           # a padded source
 beam, greedy = {}, {}
 for cache in (True, False):
-    beam[cache] = beam_search(model, src, beam_size=4, alpha=0.6, max_len_b=12, bos_id=1, eos_id=2,
+    beam[cache] = beam_search(model, src, beam_size=4, alpha=0.6, max_len_b=12, bos_id=BOS_ID, eos_id=EOS_ID,
                               use_cache=cache)
-    greedy[cache] = greedy_decode(model, src, bos_id=1, eos_id=2, max_len_b=12,
+    greedy[cache] = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID, max_len_b=12,
                                   use_cache=cache)
 print("beam cached == uncached tokens:", torch.equal(beam[True][0], beam[False][0]),
       "max score diff", (beam[True][1] - beam[False][1]).abs().max().item())

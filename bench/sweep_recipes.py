@@ -23,6 +23,7 @@ from pathlib import Path
 def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> dict:
     import torch
     from annotated_transformer.data import load_multi30k
+    from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE
     from annotated_transformer.trainer import read_metrics
     from annotated_transformer.recipe import TranslationRecipe, train_translation
     from annotated_transformer.translator import corpus_bleu
@@ -38,7 +39,7 @@ def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> d
     hyps = translator.translate(list(val["en"]), beam_size=4, alpha=0.6,
                                 batch_size=200, precision=recipe.train.precision)
     bleu, signature = corpus_bleu(hyps, list(val["de"]))
-    metrics = read_metrics(out / name / "checkpoints" / "metrics.jsonl")
+    metrics = read_metrics(out / name / CHECKPOINTS_DIR / METRICS_FILE)
     curve = {key: [(m["step"], round(m[key], 3)) for m in metrics if key in m]
              for key in ("val_bleu", "eval_loss")}
     return {"curve": curve, "name": name, "overrides": overrides, "val_bleu_beam4": round(bleu.score, 2),

@@ -1,6 +1,7 @@
 """The shape of the package, for the notes of issue "Core and lab": lines per module
 (core and lab), the names `import annotated_transformer` offers, the longest functions,
-and whether any core module imports another's private name or the lab.
+and whether any core module imports another's private name or the lab (exit status 1 if one
+does).
 
     python tools/code_stats.py [--json]
 """
@@ -35,6 +36,24 @@ def top_level_names() -> int:
                               text=True, check=True).stdout)
 
 
+def crossings() -> list[str]:
+    "Core modules that import another module's private name, or the lab."
+    found = []
+    for p in sorted(PACKAGE.glob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            ours = node.level > 0 or module.startswith("annotated_transformer")
+            if ours and (module.startswith("lab") or ".lab" in module
+                         or any(a.name == "lab" for a in node.names)):
+                found.append(f"{p.stem}: imports the lab")
+            if ours:
+                found += [f"{p.stem}: {module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
 def main() -> None:
     lines = modules()
     core = {k: v for k, v in lines.items() if not k.startswith("lab/")}
@@ -44,12 +63,13 @@ def main() -> None:
              "core_over_300": sorted(k for k, v in core.items() if v > 300),
              "lab_modules": len(lab), "lab_lines": sum(lab.values()),
              "top_level_names": top_level_names(),
-             "longest_functions": longest_functions()}
+             "longest_functions": longest_functions(), "crossings": crossings()}
     if "--json" in sys.argv:
         print(json.dumps(stats, indent=1))
         return
     for k, v in stats.items():
         print(f"{k}: {v}")
+    sys.exit(1 if stats["crossings"] else 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE
 from annotated_transformer.translator import Translator, corpus_bleu
 from annotated_transformer.utils import hardware
 
@@ -119,7 +120,7 @@ def main():
     if a.out_dir.exists():
         shutil.rmtree(a.out_dir)
     a.out_dir.mkdir(parents=True)
-    shutil.copyfile(a.run_dir / "checkpoints/metrics.jsonl", a.out_dir / LOG_FILE)
+    shutil.copyfile(a.run_dir / CHECKPOINTS_DIR / METRICS_FILE, a.out_dir / LOG_FILE)
     run.save_pretrained(a.out_dir, dtype=torch.float16, extra_files=[LOG_FILE])
     shipped = Translator.from_pretrained(a.out_dir)
 
