@@ -74,17 +74,7 @@ class MultiHeadAttention(_HeadProjections):
             if t.dim() != 3 or t.size(-1) != self.d_model:
                 raise ValueError(f"{name} must have shape (batch, seq_len, "
                                  f"d_model={self.d_model}), got {tuple(t.shape)}")
-        self_attention = query is key and key is value
-        if cache is not None and not self_attention and "k" in cache:
-            # the encoder's keys and values were computed at the first step
-            q, k, v = self._split(self._in_proj(query, 0, 1)), cache["k"], cache["v"]
-        else:
-            q, k, v = map(self._split, self._project(query, key, value))
-            if cache is not None:
-                if self_attention and "k" in cache:  # append this step's keys, values
-                    k = torch.cat([cache["k"], k], dim=2)
-                    v = torch.cat([cache["v"], v], dim=2)
-                cache["k"], cache["v"] = k, v
+        q, k, v = _project_heads(self, query, key, value, cache)  # (batch, h, n, d_k)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head
         if self.training or self.keep_weights:
@@ -94,3 +84,20 @@ class MultiHeadAttention(_HeadProjections):
         else:                 # evaluation: Eq. (1) as one fused kernel, same numbers
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # concat heads, then W^O
+
+# %% ../nbs/02_multihead.ipynb #e40ceee0
+def _project_heads(mha: _HeadProjections, query: Tensor, key: Tensor, value: Tensor,
+                   cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
+    """The queries, keys and values of `mha`, split into heads. With a `cache`
+    (decoding, chapter 7), self-attention appends this step's keys and values to those
+    cached, and cross-attention computes the encoder's at the first step only."""
+    self_attention = query is key and key is value
+    if cache is not None and not self_attention and "k" in cache:
+        return mha._split(mha._in_proj(query, 0, 1)), cache["k"], cache["v"]
+    q, k, v = map(mha._split, mha._project(query, key, value))
+    if cache is not None:
+        if self_attention and "k" in cache:  # append this step's keys, values
+            k = torch.cat([cache["k"], k], dim=2)
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k, v
+    return q, k, v
