@@ -241,27 +241,45 @@ def _data(train_pairs, valid_pairs, c: TrainConfig, state: dict, pad_id: int):
              if valid_pairs else None)
     return stream, valid
 
+# %% ../nbs/06c_trainer.ipynb #43fdae3d
+def _start(model: nn.Module, c: TrainConfig, run_dir: Path | None):
+    "`_resume`, with the run's concrete precision put in `c` (checkpoints record it)."
+    optimizer, scheduler, scaler, state, precision, why = _resume(model, c, run_dir)
+    if why and c.progress and world()[0] == 0:
+        tqdm.write(why, file=sys.stderr)
+    return optimizer, scheduler, scaler, state, replace(c, precision=precision)
+
+
+def _ddp(model: nn.Module, device) -> nn.Module:
+    "The model, wrapped in DDP when several processes share the run."
+    if world()[1] == 1:
+        return model
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def _eval_record(model: nn.Module, valid, c: TrainConfig, step: int, pad_id: int):
+    "The held-out scores at `step`, as a metrics record of `eval_*` entries."
+    scores = evaluate(model, valid, eps_ls=c.eps_ls, pad_id=pad_id,
+                      precision=c.precision)
+    return {"step": step, **{f"eval_{k}": v for k, v in scores.items()}}
+
 # %% ../nbs/06c_trainer.ipynb #08ec46c0
 def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
           run_dir=None, on_checkpoint=None) -> list[dict]:
     """Train on `(src_ids, tgt_ids)` pairs for `config.steps` updates; returns the
     metrics. With `run_dir`: log, checkpoint and resume there, calling
-    `on_checkpoint(step, path)` after each checkpoint (`True`: stop). Under
-    torch.distributed (`init_distributed`, page 0b) the model is wrapped in DDP.
-    The precision is resolved once, at the start ("auto": chapter 0), or kept on
-    resuming."""
+    `on_checkpoint(step, path)` after each checkpoint (`True`: stop). DDP under
+    torch.distributed (page 0b); the precision is resolved once at the start
+    ("auto": chapter 0) or kept on resuming."""
     _check_train_args(train_pairs, run_dir, on_checkpoint)
-    c, (rank, size) = config, world()
+    rank = world()[0]
     device, pad_id = next(model.parameters()).device, model.config.pad_id
     run_dir = Path(run_dir) if run_dir else None
     log = run_dir / METRICS_FILE if run_dir and rank == 0 else None
-    optimizer, scheduler, scaler, state, precision, why = _resume(model, c, run_dir)
-    c = replace(c, precision=precision)      # concrete: checkpoints record it
-    if why and c.progress and rank == 0:
-        tqdm.write(why, file=sys.stderr)
+    optimizer, scheduler, scaler, state, c = _start(model, config, run_dir)
     stream, valid = _data(train_pairs, valid_pairs, c, state, pad_id)
-    net = model if size == 1 else DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None)
+    net = _ddp(model, device)
     bar = tqdm(total=c.steps, initial=state["step"], disable=not c.progress or rank > 0)
     records, meter = [], _Meter(state["elapsed"])
     model.train()
@@ -277,10 +295,7 @@ def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
         if step % c.log_every == 0 or end:
             _note(records, log, meter.line(step, out, state["elapsed"]))
         if valid and rank == 0 and (step % c.eval_every == 0 or end):
-            scores = evaluate(model, valid, eps_ls=c.eps_ls, pad_id=pad_id,
-                              precision=c.precision)
-            _note(records, log, {"step": step,
-                                 **{f"eval_{k}": v for k, v in scores.items()}})
+            _note(records, log, _eval_record(model, valid, c, step, pad_id))
         if run_dir and (step % c.save_every == 0 or end):
             path = _save(run_dir, model, optimizer, scheduler, scaler,
                          {**state, "config": asdict(c)}, c.keep_last)
