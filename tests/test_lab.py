@@ -27,8 +27,8 @@ def fresh(code: str):
     return json.loads(out.stdout)
 
 
-def test_the_lab_holds_the_four_kits_and_the_core_does_not():
-    assert LAB == ["ablations", "analysis", "complexity", "copying"]
+def test_the_lab_holds_its_kits_and_the_core_does_not():
+    assert LAB == ["ablations", "analysis", "complexity", "copying", "figures"]
     assert not set(LAB) & set(CORE), "a chapter of the lab is still a core module"
     assert "lab" not in CORE
 
@@ -61,7 +61,8 @@ def test_the_lab_imports_and_its_names_resolve():
     assert not set(names) & set(LAB), "a name shadows a module of the lab"
     assert {"LocalSelfAttention", "restricted_attention", "head_mask", "head_gradients",
             "attention_modules", "attention_maps", "run_variant", "fit_power_law",
-            "copy_task", "train_copy_model"} <= set(names)
+            "copy_task", "train_copy_model", "transformer_figure",
+            "attention_figure"} <= set(names)
     # each name is the lab's own, defined in one of its modules (not a core name re-exported)
     assert {m.rsplit(".", 1)[0] for m in got["where"].values()} == {
         "annotated_transformer.lab"}, got["where"]
