@@ -195,6 +195,19 @@ def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     val = tuple(list(ds["validation"][lang]) for lang in langs)
     return sp, train_pairs, valid_pairs, val
 
+
+def _new_translator(r: TranslationRecipe, sp, n_pairs: int, device,
+                    progress: bool) -> Translator:
+    "The untrained model of `r`, seeded by `r.train.seed`; reports its size and data."
+    torch.manual_seed(r.train.seed)
+    V = sp.get_piece_size()
+    translator = Translator(make_model(V, V, r.model).to(device), sp, r.src_lang,
+                            r.tgt_lang)
+    n_params = sum(p.numel() for p in translator.model.parameters())
+    _say(progress, f"{n_pairs} training pairs, vocabulary {V}, "
+         f"{n_params:,} parameters, {hardware()}")
+    return translator
+
 # %% ../nbs/09c_recipe.ipynb #85476a33
 def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: tuple,
             t0: float, train_minutes: float, progress: bool, why: str) -> None:
@@ -234,18 +247,12 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
         if r.threads:
             torch.set_num_threads(r.threads)
         sp, train_pairs, valid_pairs, val = _load_data(r, model_dir, data)
-        torch.manual_seed(r.train.seed)
-        V = sp.get_piece_size()
-        translator = Translator(make_model(V, V, r.model).to(device), sp, r.src_lang,
-                                r.tgt_lang)
+        translator = _new_translator(r, sp, len(train_pairs), device, progress)
         done, log = list_checkpoints(run_dir), run_dir / METRICS_FILE
         walls = [x["wall"] for x in read_metrics(log) if "wall" in x] if done else []
         t0 = started - (walls[-1] if walls else 0.0)
         if done:
             _say(progress, f"resuming from {done[-1]}")
-        n_params = sum(p.numel() for p in translator.model.parameters())
-        _say(progress, f"{len(train_pairs)} training pairs, vocabulary {V}, "
-             f"{n_params:,} parameters, {hardware()}")
         spent = r.max_minutes and (time.perf_counter() - t0) / 60 >= r.max_minutes
         if not (spent and done):
             hook = _OnCheckpoint(r, translator, val, log, t0, progress)
