@@ -41,12 +41,7 @@ class TransformerConfig:
     pad_id: int = PAD_ID          # the padding token, from which masks are built
 
     def __post_init__(self):
-        check_heads(self.d_model, self.n_heads)
-        for name in ("n_layers", "d_model", "d_ff", "max_len"):
-            check_number(name, getattr(self, name), 1)
-        for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
-            check_number(name, getattr(self, name), 0, 1)
-        activation_class(self.activation)
+        _check_config(self)
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TransformerConfig":
@@ -60,6 +55,16 @@ class TransformerConfig:
             raise ValueError(f"unknown configuration fields {unknown}; "
                              f"fields are {fields}")
         return cls(**{**_PRESETS[name], **overrides})
+
+# %% ../nbs/05_model.ipynb #60cbd8e0
+def _check_config(c: TransformerConfig) -> None:
+    "A ValueError for an impossible configuration, when it is created."
+    check_heads(c.d_model, c.n_heads)
+    for name in ("n_layers", "d_model", "d_ff", "max_len"):
+        check_number(name, getattr(c, name), 1)
+    for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
+        check_number(name, getattr(c, name), 0, 1)
+    activation_class(c.activation)
 
 # %% ../nbs/05_model.ipynb #1b81de45
 _PRESETS = {
@@ -213,14 +218,9 @@ def _check_decode(model, memory, tgt, src_mask, tgt_mask, cache) -> int:
         _check_mask("tgt_mask", tgt_mask, batch, T, start + T)
     return start
 
-# %% ../nbs/05_model.ipynb #c5a0e007
-class Transformer(nn.Module):
-    """The encoder–decoder Transformer of §3 (Figure 1); build it with `make_model`.
-
-    `model(src, tgt)`: token ids `(batch, S)` and `(batch, T)` → log-probabilities
-    `(batch, T, tgt_vocab)`. Masks default to padding (`config.pad_id`) and, for the
-    target, padding & causal. `encode`, `decode`, `init_cache` serve generation.
-    """
+# %% ../nbs/05_model.ipynb #dc2a317b
+class _TransformerModules(nn.Module):
+    "The modules of Figure 1, bottom up, with the three-way tie of §3.4."
 
     def __init__(self, src_vocab: int, tgt_vocab: int, config: TransformerConfig):
         super().__init__()
@@ -235,6 +235,19 @@ class Transformer(nn.Module):
         self.generator = Generator(c.d_model, tgt_vocab, c.bias)
         if c.tie_embeddings:                       # §3.4: one matrix, three uses
             self.tgt_embed.weight = self.generator.weight = self.src_embed.weight
+
+    def init_cache(self) -> list[dict]:
+        "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
+        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
+
+# %% ../nbs/05_model.ipynb #c5a0e007
+class Transformer(_TransformerModules):
+    """The encoder–decoder Transformer of §3 (Figure 1); build it with `make_model`.
+
+    `model(src, tgt)`: token ids `(batch, S)` and `(batch, T)` → log-probabilities
+    `(batch, T, tgt_vocab)`. Masks default to padding (`config.pad_id`) and, for the
+    target, padding & causal. `encode`, `decode`, `init_cache` serve generation.
+    """
 
     def encode(self, src: Tensor, *, src_mask: Tensor | None = None) -> Tensor:
         "Source ids `(batch, S)` → memory `(batch, S, d_model)`."
@@ -267,10 +280,6 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask=src_mask)
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
                                           tgt_mask=tgt_mask))
-
-    def init_cache(self) -> list[dict]:
-        "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
-        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
 
 # %% ../nbs/05_model.ipynb #cee45777
 def make_model(src_vocab: int, tgt_vocab: int,
