@@ -200,6 +200,27 @@ def _extend(tokens: Tensor, beam: Tensor, tok: Tensor, pick: Tensor,
                         tok.gather(1, pick)[keep].view(-1, 1)], dim=1)
     return rows, tokens
 
+# %% ../nbs/07_decoding.ipynb #0e4db564
+def _init_beams(model: nn.Module, src: Tensor, src_mask: Tensor | None, K: int,
+                max_len_a: float, max_len_b: int, bos_id: int,
+                use_cache: bool) -> tuple:
+    """The state of a beam search over `src` `(B, src_len)` before its first step:
+    memory and mask repeated per beam `(B·K, ...)`, the limits `(B,)`, an empty cache
+    (or None), the prefixes `(B·K, 1)` (BOS), the live raw scores `(B, K)` (beam 0
+    alone, at 0), the finished hypotheses' normalised scores `(B, K)` and tokens
+    `(B, K, steps)`."""
+    memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
+    B, dev, inf = src.size(0), src.device, math.inf
+    memory = memory.repeat_interleave(K, dim=0)           # (B*K, S, d_model)
+    src_mask = src_mask.repeat_interleave(K, dim=0)       # (B*K, 1, S)
+    cache = model.init_cache() if use_cache else None
+    tokens = torch.full((B * K, 1), bos_id, device=dev)   # (B*K, step)
+    live = torch.full((B, K), -inf, device=dev)           # raw log-probabilities
+    live[:, 0] = 0.0                                      # one beam of K identical
+    fin_scores = torch.full((B, K), -inf, device=dev)     # normalised, best first
+    fin_tokens = torch.full((B, K, int(limit.max())), model.config.pad_id, device=dev)
+    return memory, src_mask, limit, cache, tokens, live, fin_scores, fin_tokens
+
 # %% ../nbs/07_decoding.ipynb #a4bd34a0
 @torch.no_grad()
 def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
@@ -208,42 +229,27 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
                 eos_id: int = EOS_ID, n_best: int = 1, min_len: int = 0,
                 src_mask: Tensor | None = None, use_cache: bool = True,
                 early_stop: bool = True) -> tuple[Tensor, Tensor]:
-    """Beam search of §6.1 for a batch of sources `(batch, src_len)`.
-
-    A finished hypothesis Y scores log P(Y|X) / lp(Y) (`length_penalty`, `alpha`).
-    Returns the `n_best` best per sentence, best first: ids `(batch, n_best, steps)`
-    (EOS kept, padding after) and scores `(batch, n_best)`; a slot nothing could fill
-    scores -inf. `early_stop=False` runs to the length limit (same result).
-    """
+    """Beam search of §6.1 for sources `(batch, src_len)`: the `n_best` best hypotheses
+    per sentence by log P(Y|X) / lp(Y), best first, as ids `(batch, n_best, steps)`
+    (EOS kept, padding after) and scores `(batch, n_best)` (-inf: a slot left empty)."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must lie in 1..beam_size={beam_size}, got {n_best}")
+    K, pad = beam_size, model.config.pad_id
     with eval_mode(model):
-        memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
-        B, K, pad, dev = src.size(0), beam_size, model.config.pad_id, src.device
-        steps, inf = int(limit.max()), math.inf
-        memory = memory.repeat_interleave(K, dim=0)           # (B*K, S, d_model)
-        src_mask = src_mask.repeat_interleave(K, dim=0)       # (B*K, 1, S)
-        cache = model.init_cache() if use_cache else None
-        tokens = torch.full((B * K, 1), bos_id, device=dev)   # (B*K, step)
-        live = torch.full((B, K), -inf, device=dev)           # raw log-probabilities
-        live[:, 0] = 0.0                                      # one beam of K identical
-        fin_scores = torch.full((B, K), -inf, device=dev)     # normalised, best first
-        fin_tokens = torch.full((B, K, steps), pad, device=dev)
+        (memory, src_mask, limit, cache, tokens, live, fin_scores,
+         fin_tokens) = _init_beams(model, src, src_mask, K, max_len_a, max_len_b,
+                                   bos_id, use_cache)
         out_scores, out_tokens = fin_scores.clone(), fin_tokens.clone()
-        order = torch.arange(B, device=dev)    # the sentences still searched, (b,)
-        for step in range(1, steps + 1):
+        order = torch.arange(src.size(0), device=src.device)  # sentences still searched
+        for step in range(1, int(limit.max()) + 1):
             logp = decode_step(model, memory, src_mask, tokens, cache)
             logp = _restrict(logp, step, model, bos_id, eos_id, min_len)
-            top, beam, tok, new_scores = _candidates(live, logp, step, limit, eos_id,
-                                                     alpha)
-            fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, new_scores,
+            top, beam, tok, ended = _candidates(live, logp, step, limit, eos_id, alpha)
+            fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, ended,
                                                      tokens, beam, tok, pad)
-            # the best K candidates without EOS form the next beam
-            live, pick = top.masked_fill(tok == eos_id, -inf).topk(K, dim=1)
-            done = step >= limit
-            if early_stop:
-                bound = _best_reachable(live[:, 0], step, limit, alpha)
-                done |= bound <= fin_scores[:, n_best - 1]
+            live, pick = top.masked_fill(tok == eos_id, -math.inf).topk(K, dim=1)
+            bound = _best_reachable(live[:, 0], step, limit, alpha)
+            done = (step >= limit) | ((bound <= fin_scores[:, n_best - 1]) & early_stop)
             out_scores[order[done]] = fin_scores[done]        # in the input's order
             out_tokens[order[done]] = fin_tokens[done]
             if done.all():
