@@ -144,6 +144,7 @@ def _decoding_precision(asked: str, device, said: set, progress: bool) -> str:
     return precision
 
 
+# %% ../nbs/09b_translator.ipynb #f5c5d064
 def _weights_stamp(model: Transformer) -> list:
     """Where each parameter's and buffer's numbers live and how often they were changed
     in place (an optimiser step, `load_state_dict`); updates through `.data`, and
@@ -202,20 +203,8 @@ def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: s
     return out
 
 # %% ../nbs/09b_translator.ipynb #b29a7863
-class Translator:
-    """A trained Transformer and its sentencepiece model: `translate` sentences,
-    `save_pretrained(directory)`, `Translator.from_pretrained(directory, URL, name)`."""
-
-    def __init__(self, model: Transformer, sp, src_lang: str = "en",
-                 tgt_lang: str = "de", notes: dict | None = None):
-        if sp.get_piece_size() != model.src_embed.num_embeddings:
-            raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces, the "
-                             f"model's vocabulary {model.src_embed.num_embeddings}")
-        self.model, self.sp = model, sp
-        self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
-        self.directory = None        # the model directory from_pretrained read
-        self._converted = {}         # (precision, device) -> the model converted once
-        self._said = set()           # devices where the choice of "auto" was said
+class _Pretrained:
+    "Saving and loading of a `Translator`: its model directory, languages and notes."
 
     def save_pretrained(self, directory, dtype=None, extra_files=()) -> Path:
         "`save_model_dir` with this translator's languages and notes."
@@ -231,6 +220,23 @@ class Translator:
                          meta.get("tgt_lang", "de"), meta.get("notes"))
         translator.directory = meta["directory"]
         return translator
+
+
+# %% ../nbs/09b_translator.ipynb #5668eb1a
+class Translator(_Pretrained):
+    """A trained Transformer and its sentencepiece model: `translate` sentences,
+    `save_pretrained(directory)`, `Translator.from_pretrained(directory, URL, name)`."""
+
+    def __init__(self, model: Transformer, sp, src_lang: str = "en",
+                 tgt_lang: str = "de", notes: dict | None = None):
+        if sp.get_piece_size() != model.src_embed.num_embeddings:
+            raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces, the "
+                             f"model's vocabulary {model.src_embed.num_embeddings}")
+        self.model, self.sp = model, sp
+        self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
+        self.directory = None        # the model directory from_pretrained read
+        self._converted = {}         # (precision, device) -> the model converted once
+        self._said = set()           # devices where the choice of "auto" was said
 
     def translate(self, sentences, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
