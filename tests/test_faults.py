@@ -1,0 +1,338 @@
+"""Faults end in one clear line, with nothing lost (issue 38).
+
+- A full disk while a checkpoint is written: one line naming the checkpoint and the bytes it
+  needs, the previous checkpoint intact and loadable, no temporary folder left.
+- Durability: the files of a checkpoint and the folders around them are flushed (fsync).
+- SIGTERM or SIGINT while `train` runs: the update ends, a checkpoint is written, the run
+  stops with `TrainingInterrupted` (exit status 128 + signum, one line on stderr), and the
+  same command resumes it bit for bit.
+
+Run as a script, this file is the driver of the SIGTERM test: tests/train_copy.py, ended
+the way a command line ends an interrupted run.
+"""
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from annotated_transformer import checkpoints, trainer
+from annotated_transformer.checkpoints import (CheckpointWriteError, checkpoint_dir,
+                                               list_checkpoints,
+                                               load_checkpoint, model_tensors,
+                                               replace_durably, save_checkpoint)
+from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer.trainer import TrainConfig, TrainingInterrupted, train
+from annotated_transformer.training import make_optimizer
+
+import train_copy                                  # tests/train_copy.py
+
+PAIRS = [([5, 6, 7][:n % 3 + 1], [8, 9][:n % 2 + 1]) for n in range(30)]
+TINY = TrainConfig(steps=6, max_tokens=32, warmup=4, precision="fp32", log_every=2,
+                   save_every=3, progress=False)
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return make_model(16, 16, TransformerConfig.preset("tiny"))
+
+
+def saved_run(tmp_path):
+    "A model, its optimizer, and a first checkpoint (step 1) in tmp_path/run."
+    model = tiny_model()
+    optimizer, scheduler = make_optimizer(model, model.config.d_model, 10)
+    first = save_checkpoint(checkpoint_dir(tmp_path / "run", 1), model,
+                            optimizer=optimizer, scheduler=scheduler, state={"step": 1})
+    return model, optimizer, first
+
+
+def needed_bytes(model, optimizer) -> int:
+    "What save_checkpoint estimates: the bytes of every tensor it writes."
+    tensors = {}
+    checkpoints._to_json({"optimizer": optimizer.state_dict(),
+                          "rng": [checkpoints.rng_state()]}, tensors)
+    return sum(t.numel() * t.element_size()
+               for t in [*model_tensors(model).values(), *tensors.values()])
+
+
+def assert_intact(run_dir: Path, first: Path, model):
+    "Only the first checkpoint is there, complete, and it loads into a fresh model."
+    assert sorted(p.name for p in run_dir.iterdir()) == [first.name]
+    fresh = make_model(16, 16, TransformerConfig.preset("tiny"))
+    assert load_checkpoint(first, fresh) == {"step": 1}
+    assert all(torch.equal(p, q) for p, q in zip(fresh.parameters(), model.parameters()))
+
+
+# -- a full disk --------------------------------------------------------------------------
+
+def enospc_from_python(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def enospc_from_safetensors(*args, **kwargs):     # its words, on a full tmpfs
+    raise SafetensorError("Error while serializing: I/O error: No space left on device "
+                          "(os error 28)")
+
+
+def second_write_fails(how):
+    "The weights file is written whole, then the trainer file finds the disk full."
+    calls, real = [], checkpoints.save_file
+
+    def write(tensors, filename, metadata=None):
+        calls.append(filename)
+        if len(calls) == 1:
+            return real(tensors, filename, metadata=metadata)
+        Path(filename).write_bytes(b"\0" * 100)                 # a partial file
+        how()
+    return write
+
+
+@pytest.mark.parametrize("writer", [lambda: enospc_from_python,
+                                    lambda: enospc_from_safetensors,
+                                    lambda: second_write_fails(enospc_from_safetensors)],
+                         ids=["oserror", "safetensors", "second-file"])
+@pytest.mark.parametrize("step", [2, 1], ids=["new-step", "same-step"])
+def test_full_disk_is_one_line_and_loses_nothing(tmp_path, monkeypatch, writer, step):
+    model, optimizer, first = saved_run(tmp_path)
+    monkeypatch.setattr(checkpoints, "save_file", writer())
+    path = checkpoint_dir(tmp_path / "run", step)
+    with pytest.raises(CheckpointWriteError) as caught:
+        save_checkpoint(path, model, optimizer=optimizer)
+    message = str(caught.value)
+    assert "\n" not in message and isinstance(caught.value, OSError)
+    assert caught.value.errno == errno.ENOSPC
+    assert str(path) in message
+    assert f"needs at least {needed_bytes(model, optimizer):,} bytes" in message
+    assert re.search(r"[\d,]+ bytes( \([\d.]+ \w+\))? are free", message), message
+    monkeypatch.undo()
+    assert_intact(tmp_path / "run", first, model)
+
+
+def test_full_disk_when_flushing(tmp_path, monkeypatch):
+    "Some file systems report a full disk only when the data is flushed."
+    model, optimizer, first = saved_run(tmp_path)
+    monkeypatch.setattr(os, "fsync", enospc_from_python)
+    with pytest.raises(CheckpointWriteError, match="needs at least"):
+        save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
+    monkeypatch.undo()
+    assert_intact(tmp_path / "run", first, model)
+
+
+def test_other_write_errors_pass_through(tmp_path, monkeypatch):
+    model, optimizer, first = saved_run(tmp_path)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(checkpoints, "save_file", denied)
+    with pytest.raises(PermissionError):
+        save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
+    monkeypatch.undo()
+    assert_intact(tmp_path / "run", first, model)
+
+
+def test_train_lets_the_full_disk_through(tmp_path, monkeypatch):
+    monkeypatch.setattr(checkpoints, "save_file", enospc_from_python)
+    with pytest.raises(CheckpointWriteError) as caught:
+        train(tiny_model(), PAIRS, TINY, run_dir=tmp_path / "run")
+    assert str(checkpoint_dir(tmp_path / "run", TINY.save_every)) in str(caught.value)
+    assert not list(Path(tmp_path / "run").glob("step_*"))
+
+
+def test_a_real_full_disk(tmp_path):
+    "A tmpfs too small for the checkpoint, where this process may mount one (root)."
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                       check=True, capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        model = make_model(16, 16, TransformerConfig.preset("tiny", d_model=64, d_ff=256))
+        optimizer, _ = make_optimizer(model, model.config.d_model, 10)
+        with pytest.raises(CheckpointWriteError) as caught:
+            save_checkpoint(checkpoint_dir(disk, 1), model, optimizer=optimizer)
+        assert "\n" not in str(caught.value) and str(disk) in str(caught.value)
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True, timeout=20)
+
+
+# -- durability ---------------------------------------------------------------------------
+
+def record_fsyncs(monkeypatch) -> list[Path]:
+    "Replace os.fsync by one that notes the path of each descriptor, then flushes."
+    if not Path("/proc/self/fd").is_dir():
+        pytest.skip("needs /proc to name a descriptor's file")
+    flushed, real = [], os.fsync
+
+    def fsync(fd):
+        flushed.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return flushed
+
+
+def test_a_checkpoint_is_flushed_before_and_after_its_rename(tmp_path, monkeypatch):
+    model, optimizer, _ = saved_run(tmp_path)
+    flushed = record_fsyncs(monkeypatch)
+    path = save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
+    tmp = path.with_name(path.name + ".tmp")
+    for name in ("model.safetensors", "trainer.safetensors"):
+        assert tmp / name in flushed, (name, flushed)
+    assert tmp in flushed                                  # the new folder's entries
+    assert flushed[-1] == tmp_path / "run"                 # the rename, last
+    assert flushed.index(tmp) < len(flushed) - 1
+
+
+def test_replace_durably_a_file(tmp_path, monkeypatch):
+    flushed = record_fsyncs(monkeypatch)
+    (tmp_path / "part").write_text("whole")
+    replace_durably(tmp_path / "part", tmp_path / "file")
+    assert flushed == [tmp_path / "part", tmp_path]
+    assert (tmp_path / "file").read_text() == "whole"
+
+
+def test_no_folder_flush_where_folders_cannot_be_opened(tmp_path, monkeypatch):
+    "As on Windows: opening a folder fails; the files are still flushed and renamed."
+    flushed, real_open = record_fsyncs(monkeypatch), os.open
+
+    def open_no_folders(path, flags, *args):
+        if Path(path).is_dir():
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(os, "open", open_no_folders)
+    model, optimizer, _ = saved_run(tmp_path)
+    path = save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
+    assert sorted(p.name for p in path.iterdir()) == ["model.safetensors",
+                                                      "trainer.safetensors"]
+    assert flushed and all(p.suffix == ".safetensors" for p in flushed)
+
+
+# -- signals, in this process -------------------------------------------------------------
+
+def test_second_signal_during_the_save_is_ignored(tmp_path, monkeypatch):
+    "SIGTERM after update two; a SIGINT while its checkpoint is written changes nothing."
+    real = trainer.save_checkpoint
+
+    def save_then_interrupt(path, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real(path, *args, **kwargs)
+
+    def hook(step, path):
+        if step == TINY.save_every:
+            signal.raise_signal(signal.SIGTERM)
+            monkeypatch.setattr(trainer, "save_checkpoint", save_then_interrupt)
+    before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
+    with pytest.raises(TrainingInterrupted) as caught:
+        train(tiny_model(), PAIRS, TINY, run_dir=tmp_path / "run", on_checkpoint=hook)
+    e, step = caught.value, TINY.save_every + 1
+    assert e.signum == signal.SIGTERM and e.code == 128 + signal.SIGTERM
+    assert e.step == step and e.path == checkpoint_dir(tmp_path / "run", step)
+    assert str(e) == (f"stopped by SIGTERM at step {step}; checkpoint written to "
+                      f"{e.path}; run the same command to resume")
+    assert load_checkpoint(e.path, tiny_model())["step"] == step
+    assert [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)] == before
+
+
+def test_sigint_without_run_dir(monkeypatch):
+    def step_then_interrupt(*args, **kwargs):
+        out = real(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+        return out
+    real = trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
+    with pytest.raises(TrainingInterrupted) as caught:
+        train(tiny_model(), PAIRS, TINY)
+    assert caught.value.code == 130 and caught.value.path is None
+    assert str(caught.value) == ("stopped by SIGINT at step 1; no run_dir, so no "
+                                 "checkpoint was written")
+
+
+def test_train_in_a_thread_runs_without_handlers():
+    before, done = signal.getsignal(signal.SIGTERM), []
+    worker = threading.Thread(target=lambda: done.append(train(tiny_model(), PAIRS, TINY)))
+    worker.start()
+    worker.join(timeout=60)
+    assert done and len(done[0]) == TINY.steps // TINY.log_every
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+# -- SIGTERM from outside, then the same command ------------------------------------------
+
+STEPS, SAVE_EVERY = 24, 6
+ARGS = ["--steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--log-every", "4",
+        "--eval-every", "12", "--max-tokens", "512", "--d-model", "32", "--d-ff", "64",
+        "--seed", "3"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+LINE = re.compile(r"stopped by SIGTERM at step (\d+); checkpoint written to (\S+); "
+                  r"run the same command to resume")
+
+
+def run_here(run_dir):
+    "The same command in this process (no second start of torch), on one thread."
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train_copy.main(["--run-dir", str(run_dir), *ARGS])
+    finally:
+        torch.set_num_threads(threads)
+
+
+def final_state(run_dir):
+    ckpt = checkpoint_dir(run_dir, STEPS)
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    losses = [(r["step"], r["loss"]) for r in map(json.loads, lines) if "loss" in r]
+    return (load_file(ckpt / "model.safetensors"),
+            load_file(ckpt / "trainer.safetensors"), losses,
+            [p.name for p in list_checkpoints(run_dir)])
+
+
+def test_sigterm_checkpoints_stops_and_resumes_exactly(tmp_path):
+    "A process sent SIGTERM after its first checkpoint; resumed, it ends as if unbroken."
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, __file__, "--run-dir", str(stopped), *ARGS],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 120
+    while not (stopped.is_dir() and list_checkpoints(stopped)):
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint appeared"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    run_here(whole)                                 # meanwhile, the unbroken run
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    found = LINE.fullmatch(err.strip())
+    assert found, err                               # one line on stderr, and only it
+    step, path = int(found[1]), Path(found[2])
+    assert SAVE_EVERY < step < STEPS and step % SAVE_EVERY, step   # off the grid
+    assert list_checkpoints(stopped)[-1] == path == checkpoint_dir(stopped, step)
+
+    run_here(stopped)                               # the same command resumes
+    (w1, t1, l1, kept1), (w2, t2, l2, kept2) = final_state(whole), final_state(stopped)
+    assert w1.keys() == w2.keys() and t1.keys() == t2.keys()
+    for name in w1:
+        assert torch.equal(w1[name], w2[name]), name
+    for name in t1:                            # Adam moments, step counts, RNG states
+        assert torch.equal(t1[name], t2[name]), name
+    assert l1 == l2 and l1[-1][0] == STEPS     # log lines across the stop included
+    assert kept1 == kept2                      # the signal's checkpoint is gone
+
+
+if __name__ == "__main__":        # the SIGTERM test's driver, ending as a command line does
+    try:
+        train_copy.main(sys.argv[1:])
+    except TrainingInterrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(e.code)
