@@ -9,22 +9,18 @@ import dataclasses
 import torch
 from torch import Tensor, nn
 
-from .attention import padding_mask, subsequent_mask
-from .formats import PAD_ID
-from .multihead import check_heads
+from .attention import padding_mask
 from .embeddings import (MAX_LEN, P_DROP, Embeddings,
                                               LearnedPositionalEncoding,
                                               PositionalEncoding)
-from .layers import DecoderLayer, EncoderLayer, activation_class
-from .utils import check_number
+from .formats import PAD_ID
+from .layers import DecoderLayer, EncoderLayer
 
 # %% ../nbs/05_model.ipynb #4fad55cc
 @dataclasses.dataclass
 class TransformerConfig:
     """Hyper-parameters with the paper's names; the defaults are the base model of
-    Table 3. Presets: `TransformerConfig.preset(name, **changes)`, `name` one of
-    "base", "big" (Table 3), "tiny" (toy sizes), "copy" (chapter 6) and "multi30k"
-    (chapter 9)."""
+    Table 3. `TransformerConfig.preset(name, **changes)`: a named one (page 5b)."""
     n_layers: int = 6              # N: layers in each of the two stacks
     d_model: int = 512
     d_ff: int = 2048
@@ -38,45 +34,15 @@ class TransformerConfig:
     learned_pos: bool = False      # learned positions (Table 3, row E)
     tie_embeddings: bool = True    # §3.4: embeddings and output layer share a matrix
     bias: bool = True              # biases in attention and output layer (not in §3)
-    pad_id: int = PAD_ID          # the padding token, from which masks are built
+    pad_id: int = PAD_ID           # the padding token, from which masks are built
 
-    def __post_init__(self):
+    def __post_init__(self):       # an impossible configuration fails when created
         _check_config(self)
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> "TransformerConfig":
-        "A named configuration (see the class docstring) with some fields overridden."
-        if name not in _PRESETS:
-            raise ValueError(f"unknown preset {name!r}; "
-                             f"known presets: {', '.join(_PRESETS)}")
-        fields = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(overrides) - set(fields))
-        if unknown:
-            raise ValueError(f"unknown configuration fields {unknown}; "
-                             f"fields are {fields}")
-        return cls(**{**_PRESETS[name], **overrides})
-
-# %% ../nbs/05_model.ipynb #60cbd8e0
-def _check_config(c: TransformerConfig) -> None:
-    "A ValueError for an impossible configuration, when it is created."
-    check_heads(c.d_model, c.n_heads)
-    for name in ("n_layers", "d_model", "d_ff", "max_len"):
-        check_number(name, getattr(c, name), 1)
-    for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
-        check_number(name, getattr(c, name), 0, 1)
-    activation_class(c.activation)
-
-# %% ../nbs/05_model.ipynb #1b81de45
-_PRESETS = {
-    "base": dict(),                   # the defaults: Table 3's base model
-    "big": dict(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
-    "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2),
-    # the copy-task model of chapters 6 and 7
-    "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, max_len=64),
-    # the English-German model of chapter 9
-    "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
-                     p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
-}
+    def preset(cls, name: str, **changes) -> "TransformerConfig":
+        "A named configuration (page 5b lists them) with some fields changed."
+        return cls(**_preset(cls, name, changes))
 
 # %% ../nbs/05_model.ipynb #782fd502
 def _layer_args(c: TransformerConfig) -> dict:
@@ -86,8 +52,7 @@ def _layer_args(c: TransformerConfig) -> dict:
 
 
 class Encoder(nn.Module):
-    """The encoder of §3.1: `n_layers` `EncoderLayer`s in `.layers`, then a LayerNorm
-    only for Pre-LN. `forward(x, *, mask=None)`: `(batch, S, d_model)` → same shape."""
+    "§3.1: `n_layers` `EncoderLayer`s in `.layers`, then a LayerNorm only for Pre-LN."
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -102,9 +67,8 @@ class Encoder(nn.Module):
 
 # %% ../nbs/05_model.ipynb #a56a64a4
 class Decoder(nn.Module):
-    """The decoder of §3.1: `n_layers` `DecoderLayer`s in `.layers`, then a LayerNorm
-    only for Pre-LN. `forward(x, memory, *, src_mask, tgt_mask, cache)` →
-    `(batch, T, d_model)`; `cache` holds one `{"self": {}, "cross": {}}` per layer."""
+    """§3.1: `n_layers` `DecoderLayer`s in `.layers`, then a LayerNorm only for Pre-LN;
+    `cache`: one `{"self": {}, "cross": {}}` per layer, when generating (chapter 7)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -122,105 +86,15 @@ class Decoder(nn.Module):
 
 # %% ../nbs/05_model.ipynb #801737d7
 class Generator(nn.Linear):
-    """Output layer (§3.4): linear map to the vocabulary, then log-softmax.
-    `(batch, T, d_model)` → log-probabilities `(batch, T, vocab_size)`. `bias=False`:
-    no bias vector, as in the paper's equations."""
-
-    def __init__(self, d_model: int, vocab_size: int, bias: bool = True):
-        super().__init__(d_model, vocab_size, bias=bias)
+    """§3.4: `Generator(d_model, vocab_size, bias=True)`, a linear map to the
+    vocabulary, then log-softmax: `(batch, T, d_model)` → `(batch, T, vocab_size)`."""
 
     def forward(self, x: Tensor) -> Tensor:
         return torch.log_softmax(super().forward(x), dim=-1)
 
-# %% ../nbs/05_model.ipynb #c7928903
-def _check_tokens(name: str, t, vocab_size: int | None = None) -> None:
-    "Integer ids `(batch, seq_len)`; with `vocab_size`, in range (reads the values)."
-    if not (isinstance(t, Tensor) and t.dim() == 2
-            and t.dtype in (torch.int64, torch.int32)):
-        got = (f"shape {tuple(t.shape)} and dtype {t.dtype}" if isinstance(t, Tensor)
-               else type(t).__name__)
-        raise ValueError(f"{name} must be integer token ids of shape (batch, seq_len), "
-                         f"got {got}")
-    if vocab_size is None or t.numel() == 0:
-        return
-    low, high = torch.stack(torch.aminmax(t)).tolist()     # one read of the device
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"{name} holds the token id {low if low < 0 else high}, "
-                         f"outside the vocabulary: ids must lie in 0..{vocab_size - 1} "
-                         f"(vocab_size={vocab_size})")
-
-
-def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
-    if (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() == 3
-            and mask.size(0) in (1, batch) and mask.size(1) in (1, n_q)
-            and mask.size(2) == n_k):
-        return
-    got = (f"{mask.dtype} tensor of shape {tuple(mask.shape)}"
-           if isinstance(mask, Tensor) else type(mask).__name__)
-    raise ValueError(f"{name} must be a bool tensor of shape ({batch} or 1, "
-                     f"{n_q} or 1, {n_k}) (True = may attend), got a {got}")
-
-# %% ../nbs/05_model.ipynb #215358ab
-def _check_pair(src, tgt) -> None:
-    _check_tokens("src", src)
-    _check_tokens("tgt", tgt)
-    if src.size(0) != tgt.size(0):
-        raise ValueError(f"src and tgt must hold as many sentences, "
-                         f"got {src.size(0)} and {tgt.size(0)}")
-
-
-def _check_vocabularies(src_vocab: int, tgt_vocab: int, c: TransformerConfig) -> None:
-    if c.tie_embeddings and src_vocab != tgt_vocab:
-        raise ValueError(f"tie_embeddings=True shares one matrix between source and "
-                         f"target and needs one vocabulary, got src_vocab={src_vocab} "
-                         f"and tgt_vocab={tgt_vocab}; use a shared vocabulary or "
-                         "tie_embeddings=False")
-    if not 0 <= c.pad_id < min(src_vocab, tgt_vocab):
-        raise ValueError(f"pad_id={c.pad_id} must be an id of both vocabularies "
-                         f"(0..{min(src_vocab, tgt_vocab) - 1})")
-
-# %% ../nbs/05_model.ipynb #c5a0e003
-def _cached_steps(cache: list | None) -> int:
-    "Target positions already in a decoding cache: 0 for none or an empty one."
-    if not cache or "k" not in cache[0]["self"]:
-        return 0
-    return cache[0]["self"]["k"].size(2)            # (batch, heads, steps, d_k)
-
-
-def _target_mask(tgt: Tensor, pad_id: int, start: int = 0) -> Tensor | None:
-    "Self-attention mask of the decoder for target ids `tgt` after `start` cached ones."
-    T, device = tgt.size(1), tgt.device
-    if start == 0:                                             # (batch, T, T)
-        return padding_mask(tgt, pad_id) & subsequent_mask(T, device)
-    if T == 1:
-        return None        # one new position sees all cached positions and itself
-    # new position start+i sees the cached positions and new ones up to itself
-    return torch.ones(1, T, start + T, dtype=torch.bool, device=device).tril(start)
-
-
-def _check_decode(model, memory, tgt, src_mask, tgt_mask, cache) -> int:
-    "Check the arguments of `Transformer.decode`; return the cached positions."
-    _check_tokens("tgt", tgt, model.tgt_embed.num_embeddings)
-    (batch, T), d, n_layers = tgt.shape, model.config.d_model, len(model.decoder.layers)
-    if not (isinstance(memory, Tensor) and memory.dim() == 3
-            and memory.size(0) == batch and memory.size(2) == d):
-        got = (tuple(memory.shape) if isinstance(memory, Tensor)
-               else type(memory).__name__)
-        raise ValueError(f"memory must have shape (batch={batch}, S, d_model={d}), "
-                         f"got {got}")
-    if cache is not None and len(cache) != n_layers:
-        raise ValueError(f"cache must have one entry per decoder layer "
-                         f"({n_layers}), got {len(cache)}: use init_cache()")
-    start = _cached_steps(cache)
-    if src_mask is not None:
-        _check_mask("src_mask", src_mask, batch, T, memory.size(1))
-    if tgt_mask is not None:
-        _check_mask("tgt_mask", tgt_mask, batch, T, start + T)
-    return start
-
-# %% ../nbs/05_model.ipynb #dc2a317b
-class _TransformerModules(nn.Module):
-    "The modules of Figure 1, bottom up, with the three-way tie of §3.4."
+# %% ../nbs/05_model.ipynb #c5a0e007
+class Transformer(nn.Module):
+    "The encoder–decoder of §3 (Figure 1); `make_model` builds and initialises it."
 
     def __init__(self, src_vocab: int, tgt_vocab: int, config: TransformerConfig):
         super().__init__()
@@ -236,57 +110,36 @@ class _TransformerModules(nn.Module):
         if c.tie_embeddings:                       # §3.4: one matrix, three uses
             self.tgt_embed.weight = self.generator.weight = self.src_embed.weight
 
-    def init_cache(self) -> list[dict]:
-        "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
-        return [{"self": {}, "cross": {}} for _ in self.decoder.layers]
-
-# %% ../nbs/05_model.ipynb #c5a0e007
-class Transformer(_TransformerModules):
-    """The encoder–decoder Transformer of §3 (Figure 1); build it with `make_model`.
-
-    `model(src, tgt)`: token ids `(batch, S)` and `(batch, T)` → log-probabilities
-    `(batch, T, tgt_vocab)`. Masks default to padding (`config.pad_id`) and, for the
-    target, padding & causal. `encode`, `decode`, `init_cache` serve generation.
-    """
-
-    def encode(self, src: Tensor, *, src_mask: Tensor | None = None) -> Tensor:
+    def encode(self, src, *, src_mask=None, check=None) -> Tensor:
         "Source ids `(batch, S)` → memory `(batch, S, d_model)`."
-        _check_tokens("src", src, self.src_embed.num_embeddings)
-        if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)       # (batch, 1, S)
-        _check_mask("src_mask", src_mask, src.size(0), src.size(1), src.size(1))
-        return self.encoder(self.src_pos(self.src_embed(src)), mask=src_mask)
+        _check_inputs(self, check, src, None, src_mask)
+        mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
+        return self.encoder(self.src_pos(self.src_embed(src)), mask=mask)
 
-    def decode(self, memory: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-               tgt_mask: Tensor | None = None, cache: list | None = None,
-               check: bool = True) -> Tensor:
-        """Memory `(batch, S, d_model)`, target ids `(batch, T)` → `(batch, T,
-        d_model)`. `check=False` skips the checks, for a caller that made them once
-        (the decoders of chapter 7, at every step)."""
-        start = (_check_decode(self, memory, tgt, src_mask, tgt_mask, cache) if check
-                 else _cached_steps(cache))
-        if tgt_mask is None:
-            tgt_mask = _target_mask(tgt, self.config.pad_id, start)
+    def decode(self, memory, tgt, *, src_mask=None, tgt_mask=None, cache=None,
+               check=None) -> Tensor:
+        "Memory `(batch, S, d_model)`, target ids `(batch, T)` → `(batch, T, d_model)`."
+        _check_inputs(self, check, None, tgt, src_mask, tgt_mask, memory, cache)
+        start = _cached_steps(cache)                # 0, except when generating
+        tgt_mask = _target_mask(tgt, self.config.pad_id, start, tgt_mask)
         x = self.tgt_pos(self.tgt_embed(tgt), start=start)
         return self.decoder(x, memory, src_mask=src_mask, tgt_mask=tgt_mask,
                             cache=cache)
 
-    def forward(self, src: Tensor, tgt: Tensor, *, src_mask: Tensor | None = None,
-                tgt_mask: Tensor | None = None) -> Tensor:
+    def forward(self, src, tgt, *, src_mask=None, tgt_mask=None, check=None) -> Tensor:
         "Log-probabilities `(batch, T, tgt_vocab)` of the next token at each position."
-        _check_pair(src, tgt)
+        _check_inputs(self, check, src, tgt, src_mask, tgt_mask)
         if src_mask is None:       # one mask for the encoder and the cross-attention
             src_mask = padding_mask(src, self.config.pad_id)
-        memory = self.encode(src, src_mask=src_mask)
+        memory = self.encode(src, src_mask=src_mask, check=False)
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
-                                          tgt_mask=tgt_mask))
+                                          tgt_mask=tgt_mask, check=False))
 
 # %% ../nbs/05_model.ipynb #cee45777
 def make_model(src_vocab: int, tgt_vocab: int,
                config: TransformerConfig | None = None) -> Transformer:
     """Build a `Transformer` (default: the base configuration) and initialise it:
-    Xavier uniform for every weight matrix, zero biases, LayerNorm gains at one (the
-    paper states no initialisation)."""
+    Xavier uniform for every weight matrix, zero biases, LayerNorm gains at one."""
     model = Transformer(src_vocab, tgt_vocab, config or TransformerConfig())
     for name, p in model.named_parameters():      # a shared matrix appears once
         if p.dim() > 1:
@@ -294,3 +147,160 @@ def make_model(src_vocab: int, tgt_vocab: int,
         elif name.endswith("bias"):
             nn.init.zeros_(p)
     return model
+
+# %% ../nbs/05b_model_details.ipynb #5b000003
+from .attention import subsequent_mask
+from .layers import activation_class
+from .multihead import check_heads
+from .utils import check_number
+
+# %% ../nbs/05b_model_details.ipynb #60cbd8e0
+def _check_config(c: TransformerConfig) -> None:
+    "A ValueError for an impossible configuration, when it is created."
+    check_heads(c.d_model, c.n_heads)
+    for name in ("n_layers", "d_model", "d_ff", "max_len"):
+        check_number(name, getattr(c, name), 1)
+    for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
+        check_number(name, getattr(c, name), 0, 1)
+    activation_class(c.activation)
+
+# %% ../nbs/05b_model_details.ipynb #1b81de45
+_PRESETS = {
+    "base": dict(),                   # the defaults: Table 3's base model
+    "big": dict(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
+    "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2),
+    # the copy-task model of chapters 6 and 7
+    "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, max_len=64),
+    # the English-German model of chapter 9
+    "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
+                     p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
+}
+
+
+def _preset(cls, name: str, changes: dict) -> dict:
+    "The fields of preset `name` with `changes`, for `TransformerConfig.preset`."
+    if name not in _PRESETS:
+        raise ValueError(f"unknown preset {name!r}; "
+                         f"known presets: {', '.join(_PRESETS)}")
+    fields = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown configuration fields {unknown}; "
+                         f"fields are {fields}")
+    return {**_PRESETS[name], **changes}
+
+# %% ../nbs/05b_model_details.ipynb #c5a0e003
+def _cached_steps(cache: list | None) -> int:
+    "Target positions already in a decoding cache: 0 for none or an empty one."
+    if not cache or "k" not in cache[0]["self"]:
+        return 0
+    return cache[0]["self"]["k"].size(2)            # (batch, heads, steps, d_k)
+
+
+def _target_mask(tgt: Tensor, pad_id: int, start: int = 0,
+                 given: Tensor | None = None) -> Tensor | None:
+    """The decoder's self-attention mask: `given` if there is one, else the mask for
+    target ids `tgt` after `start` cached ones."""
+    if given is not None:
+        return given
+    T, device = tgt.size(1), tgt.device
+    if start == 0:                                             # (batch, T, T)
+        return padding_mask(tgt, pad_id) & subsequent_mask(T, device)
+    if T == 1:
+        return None        # one new position sees all cached positions and itself
+    # new position start+i sees the cached positions and new ones up to itself
+    return torch.ones(1, T, start + T, dtype=torch.bool, device=device).tril(start)
+
+
+def _init_cache(model) -> list[dict]:
+    "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
+    return [{"self": {}, "cross": {}} for _ in model.decoder.layers]
+
+
+Transformer.init_cache = _init_cache     # `model.init_cache()`, as chapter 7 calls it
+
+# %% ../nbs/05b_model_details.ipynb #c7928903
+def _check_tokens(name: str, t) -> None:
+    "Integer ids of shape `(batch, seq_len)`: the shape and dtype, not the values."
+    if isinstance(t, Tensor) and t.dim() == 2 and t.dtype in (torch.int64, torch.int32):
+        return
+    got = (f"shape {tuple(t.shape)} and dtype {t.dtype}" if isinstance(t, Tensor)
+           else type(t).__name__)
+    raise ValueError(f"{name} must be integer token ids of shape (batch, seq_len), "
+                     f"got {got}")
+
+
+def _check_ids(**ids: tuple) -> None:
+    "Each `name=(ids, vocab_size)`: all ids in range, read from the device at once."
+    ids = {k: (t, v) for k, (t, v) in ids.items() if t is not None and t.numel()}
+    if not ids:
+        return
+    bounds = torch.stack([torch.stack(torch.aminmax(t)).long()
+                          for t, _ in ids.values()])
+    for (name, (_, size)), (low, high) in zip(ids.items(), bounds.tolist()):
+        if low < 0 or high >= size:                      # the one read is .tolist()
+            raise ValueError(f"{name} holds the token id {low if low < 0 else high}, "
+                             f"outside the vocabulary: ids must lie in "
+                             f"0..{size - 1} (vocab_size={size})")
+
+
+def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
+    if (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() == 3
+            and mask.size(0) in (1, batch) and mask.size(1) in (1, n_q)
+            and mask.size(2) == n_k):
+        return
+    got = (f"{mask.dtype} tensor of shape {tuple(mask.shape)}"
+           if isinstance(mask, Tensor) else type(mask).__name__)
+    raise ValueError(f"{name} must be a bool tensor of shape ({batch} or 1, "
+                     f"{n_q} or 1, {n_k}) (True = may attend), got a {got}")
+
+# %% ../nbs/05b_model_details.ipynb #215358ab
+def _check_vocabularies(src_vocab: int, tgt_vocab: int, c: TransformerConfig) -> None:
+    if c.tie_embeddings and src_vocab != tgt_vocab:
+        raise ValueError(f"tie_embeddings=True shares one matrix between source and "
+                         f"target and needs one vocabulary, got src_vocab={src_vocab} "
+                         f"and tgt_vocab={tgt_vocab}; use a shared vocabulary or "
+                         "tie_embeddings=False")
+    if not 0 <= c.pad_id < min(src_vocab, tgt_vocab):
+        raise ValueError(f"pad_id={c.pad_id} must be an id of both vocabularies "
+                         f"(0..{min(src_vocab, tgt_vocab) - 1})")
+
+
+def _check_memory(memory, batch: int, d: int) -> None:
+    if not (isinstance(memory, Tensor) and memory.dim() == 3
+            and memory.size(0) == batch and memory.size(2) == d):
+        got = (tuple(memory.shape) if isinstance(memory, Tensor)
+               else type(memory).__name__)
+        raise ValueError(f"memory must have shape (batch={batch}, S, d_model={d}), "
+                         f"got {got}")
+
+# %% ../nbs/05b_model_details.ipynb #5b000005
+def _check_inputs(model, check: bool | None, src, tgt, src_mask=None, tgt_mask=None,
+                  memory=None, cache=None) -> None:
+    """The checks of `Transformer.encode` (src), `decode` (tgt, memory) and `forward`
+    (src, tgt), in one place. `check=None`: check unless the model is training."""
+    if check is False or (check is None and model.training):
+        return
+    for name, t in (("src", src), ("tgt", tgt)):
+        if t is not None:
+            _check_tokens(name, t)
+    if src is not None and tgt is not None and src.size(0) != tgt.size(0):
+        raise ValueError(f"src and tgt must hold as many sentences, "
+                         f"got {src.size(0)} and {tgt.size(0)}")
+    batch = (src if src is not None else tgt).size(0)
+    if src is None:                                   # decode: the memory, the cache
+        _check_memory(memory, batch, model.config.d_model)
+        n_layers = len(model.decoder.layers)
+        if cache is not None and len(cache) != n_layers:
+            raise ValueError(f"cache must have one entry per decoder layer "
+                             f"({n_layers}), got {len(cache)}: use init_cache()")
+    S = (src if src is not None else memory).size(1)
+    if src_mask is not None and src is not None:      # in the encoder
+        _check_mask("src_mask", src_mask, batch, S, S)
+    if src_mask is not None and tgt is not None:      # in the cross-attention
+        _check_mask("src_mask", src_mask, batch, tgt.size(1), S)
+    if tgt_mask is not None:
+        T = tgt.size(1)
+        _check_mask("tgt_mask", tgt_mask, batch, T, _cached_steps(cache) + T)
+    _check_ids(src=(src, model.src_embed.num_embeddings),
+               tgt=(tgt, model.tgt_embed.num_embeddings))

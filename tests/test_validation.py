@@ -1,4 +1,4 @@
-"""Clear errors from the training and data modules (chapters 6 and 8).
+"""Clear errors from the model, training and data modules (chapters 5, 6 and 8).
 
 A missing optional extra names the pip command that installs it; a public function given
 a number it cannot use says which argument, what it got and what it allows; a broken
@@ -347,3 +347,107 @@ def test_missing_tokenizer_names_file(tmp_path):
     with pytest.raises(FileNotFoundError) as e:
         data.load_tokenizer(tmp_path / "tokenizer.model")
     assert str(e.value) == f"no sentencepiece model at {tmp_path / 'tokenizer.model'}"
+
+
+# --- the model's settings and arguments (chapter 5, page 5b) ----------------------------
+
+V = 20
+SRC, TGT = torch.randint(1, V, (3, 9)), torch.randint(1, V, (3, 8))
+SRC_MASK = SRC.ne(0).unsqueeze(1)
+
+
+def toy_transformer():
+    torch.manual_seed(0)
+    return make_model(V, V, TransformerConfig.preset("tiny", max_len=16)).eval()
+
+
+def src_mask_rule(got):
+    return ("src_mask must be a bool tensor of shape (3 or 1, 9 or 1, 9) "
+            f"(True = may attend), got a {got}")
+
+
+MODEL_CASES = [  # (id, call on an evaluation-mode model, message)
+    ("src of rank 1", lambda m: m(SRC[0], TGT),
+     "src must be integer token ids of shape (batch, seq_len), "
+     "got shape (9,) and dtype torch.int64"),
+    ("src as floats", lambda m: m(SRC.float(), TGT),
+     "src must be integer token ids of shape (batch, seq_len), "
+     "got shape (3, 9) and dtype torch.float32"),
+    ("src id too large", lambda m: m(SRC + V, TGT),
+     f"src holds the token id {int(SRC.max()) + V}, outside the vocabulary: "
+     "ids must lie in 0..19 (vocab_size=20)"),
+    ("tgt id negative", lambda m: m(SRC, TGT - V),
+     f"tgt holds the token id {int(TGT.min()) - V}, outside the vocabulary: "
+     "ids must lie in 0..19 (vocab_size=20)"),
+    ("encode id", lambda m: m.encode(SRC + V),
+     f"src holds the token id {int(SRC.max()) + V}, outside the vocabulary: "
+     "ids must lie in 0..19 (vocab_size=20)"),
+    ("decode id", lambda m: m.decode(torch.zeros(3, 9, 6), TGT + V),
+     f"tgt holds the token id {int(TGT.max()) + V}, outside the vocabulary: "
+     "ids must lie in 0..19 (vocab_size=20)"),
+    ("batch sizes", lambda m: m(SRC, TGT[:2]),
+     "src and tgt must hold as many sentences, got 3 and 2"),
+    ("src_mask length", lambda m: m(SRC, TGT, src_mask=SRC_MASK[..., :5]),
+     src_mask_rule("torch.bool tensor of shape (3, 1, 5)")),
+    ("float mask", lambda m: m(SRC, TGT, src_mask=SRC_MASK.float()),
+     src_mask_rule("torch.float32 tensor of shape (3, 1, 9)")),
+    ("tgt_mask size", lambda m: m(SRC, TGT, tgt_mask=torch.ones(1, 5, 5, dtype=bool)),
+     "tgt_mask must be a bool tensor of shape (3 or 1, 8 or 1, 8) (True = may attend), "
+     "got a torch.bool tensor of shape (1, 5, 5)"),
+    ("memory width", lambda m: m.decode(torch.randn(3, 9, 8), TGT),
+     "memory must have shape (batch=3, S, d_model=6), got (3, 9, 8)"),
+    ("cache length", lambda m: m.decode(torch.randn(3, 9, 6), TGT, cache=[{}]),
+     "cache must have one entry per decoder layer (2), got 1: use init_cache()"),
+    ("tying two vocabularies", lambda m: make_model(100, 120, TransformerConfig()),
+     "tie_embeddings=True shares one matrix between source and target and needs one "
+     "vocabulary, got src_vocab=100 and tgt_vocab=120; use a shared vocabulary or "
+     "tie_embeddings=False"),
+    ("pad_id outside", lambda m: make_model(8, 8, TransformerConfig(pad_id=8)),
+     "pad_id=8 must be an id of both vocabularies (0..7)"),
+    ("unknown preset", lambda m: TransformerConfig.preset("large"),
+     "unknown preset 'large'; known presets: base, big, tiny, copy, multi30k"),
+    ("unknown field", lambda m: TransformerConfig.preset("base", layers=4),
+     "unknown configuration fields ['layers']; fields are ['n_layers', 'd_model', "
+     "'d_ff', 'n_heads', 'p_drop', 'p_attn_drop', 'p_ff_drop', 'max_len', 'norm_first', "
+     "'activation', 'learned_pos', 'tie_embeddings', 'bias', 'pad_id']"),
+    ("heads", lambda m: TransformerConfig(d_model=512, n_heads=6),
+     "n_heads=6 must divide d_model=512 (d_k = d_model / n_heads)"),
+    ("activation", lambda m: TransformerConfig(activation="swish"),
+     "activation must be one of ['gelu', 'relu'], got 'swish'"),
+    ("p_drop", lambda m: TransformerConfig(p_drop=1.5),
+     "p_drop must lie in [0, 1), got 1.5"),
+]
+
+
+@pytest.mark.parametrize("call, message",
+                         [pytest.param(c, m, id=i) for i, c, m in MODEL_CASES])
+def test_model_arguments(call, message):
+    model = toy_transformer()
+    assert message_of(lambda: call(model)) == message
+
+
+def test_a_checked_forward_reads_the_device_once(monkeypatch):
+    "src and tgt: both ranges in one read; in training mode, none unless asked."
+    reads, tolist = [], torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist",
+                        lambda t: reads.append(t.shape) or tolist(t))
+    model = toy_transformer()
+    model(SRC, TGT)
+    assert reads == [(2, 2)]                    # (src, tgt) × (min, max)
+    reads.clear()
+    model.train()(SRC, TGT)
+    assert reads == []
+    assert message_of(lambda: model(SRC + V, TGT, check=True)).startswith(
+        f"src holds the token id {int(SRC.max()) + V}, outside the vocabulary")
+    with pytest.raises(IndexError):             # unchecked: PyTorch's embedding refuses
+        model(SRC + V, TGT)
+
+
+def test_a_training_step_reads_no_id_range(monkeypatch):
+    "train_step calls the model in training mode: the id checks stay off."
+    def refuse(*args, **kwargs):
+        raise AssertionError("an id range was read during a training step")
+    monkeypatch.setattr(torch, "aminmax", refuse)
+    stats = training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
+                                *optimizer_and_scheduler())
+    assert stats["tokens"] > 0
