@@ -188,7 +188,7 @@ class _Encoder(nn.Module):
         m = self.model
         mask = padding_mask(src, m.config.pad_id)                  # (batch, 1, S)
         memory = m.encoder(m.src_pos(m.src_embed(src)), mask=mask)
-        split = m.decoder.layers[0].cross_attn._split    # (batch, S, h·d_k) → heads
+        split = m.decoder.layers[0].cross_attn.split_heads  # (batch, S, h·d_k) → heads
         return tuple(split(t) for kv in self.kv for t in kv(memory).chunk(2, dim=-1))
 
 # %% ../nbs/09d_export.ipynb #967eacad

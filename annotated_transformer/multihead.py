@@ -30,9 +30,11 @@ class _HeadProjections(nn.Module):
         self.in_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W^Q; W^K; W^V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)     # W^O
 
-    def _split(self, x: Tensor) -> Tensor:
-        "(batch, n, h·d_k) → (batch, h, n, d_k)"
+    def split_heads(self, x: Tensor) -> Tensor:
+        "One projection into h heads: (batch, n, h·d_k) → (batch, h, n, d_k)."
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
+
+    _split = split_heads  # the former name, which other chapters still call
 
     def _in_proj(self, x: Tensor, first: int, last: int) -> Tensor:
         "x times the blocks first..last-1 of [W^Q; W^K; W^V] (0 = W^Q), biases too."
@@ -93,8 +95,8 @@ def _project_heads(mha: _HeadProjections, query: Tensor, key: Tensor, value: Ten
     cached, and cross-attention computes the encoder's at the first step only."""
     self_attention = query is key and key is value
     if cache is not None and not self_attention and "k" in cache:
-        return mha._split(mha._in_proj(query, 0, 1)), cache["k"], cache["v"]
-    q, k, v = map(mha._split, mha._project(query, key, value))
+        return mha.split_heads(mha._in_proj(query, 0, 1)), cache["k"], cache["v"]
+    q, k, v = map(mha.split_heads, mha._project(query, key, value))
     if cache is not None:
         if self_attention and "k" in cache:  # append this step's keys, values
             k = torch.cat([cache["k"], k], dim=2)
