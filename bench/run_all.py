@@ -14,14 +14,32 @@ none does.
 tools/nbclean.py), so one run both times a chapter and stores the outputs the book shows.
 
 The times go to bench/results/chapter_times.json, with the commit, the processor, its
-instruction set and the thread count, and the table between the `chapter-times` markers in
-book/intro.md is written from that file (`--table-only` rewrites the table alone).
+instruction set and the thread count, and the machine's one-minute load average before and
+after each chapter (a load above the thread count means other work shared the cores). The
+table between the `chapter-times` markers in book/intro.md is written from that file
+(`--table-only` rewrites the table alone), in the order of _toc.yml's parts, Part I first,
+with Part I's total. A run on a machine with a GPU
+goes to the file's `gpu` section instead, beside the CPU times.
+
+The file also records what each chapter downloads where a reader has nothing (Colab: no
+checkout, no data, no model): its `downloads` section is computed by `downloads()` on every
+write, from two facts, both read from the repository rather than typed:
+- which chapters fetch what: a chapter fetches the Multi30k data from the Hub where a visible
+  code cell (not `#| export`, not `#| hide`) calls `load_multi30k(` or one of the
+  functions that call it, `train_translation(` (9c) and `ablation_data(` (12), which read
+  the Hub copy when no local folder is found; and the shipped model where such a
+  cell names it, "multi30k_en_de", as the fallback that `resolve_model` downloads;
+- the sizes: the model is config.json and the files it lists (what `download_model`
+  fetches), measured in models/; the data is the Hub copy's three JSON-lines files, rebuilt
+  from the text files in ../shared/data/multi30k by tests/make_hub_standin.py (the Hub's
+  layout) and measured. tests/test_chapter_times.py checks the section against both.
 """
 import argparse
 import glob
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +50,84 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench/results/chapter_times.json"
 INTRO = ROOT / "book/intro.md"
 BEGIN, END = "<!-- chapter-times: begin -->", "<!-- chapter-times: end -->"
+TOC = ROOT / "_toc.yml"
+DATA = Path(os.environ.get("AT_SHARED_DATA") or ROOT / "../shared/data") / "multi30k"
+MODEL = ROOT / "models/multi30k_en_de"
+HUB_ID = "bentrevett/multi30k"
+
+
+def parts() -> list[tuple[str, list[str]]]:
+    "The book's parts from _toc.yml, in order: (caption, [notebook stems])."
+    import yaml
+    toc = yaml.safe_load(TOC.read_text(encoding="utf-8"))
+    found = [(p["caption"], [Path(c["file"]).name for c in p["chapters"]
+                             if c["file"].startswith("nbs/")]) for p in toc["parts"]]
+    # the on-ramp opens Part I, listed in the contents or not yet (tools/reading_path.py)
+    for caption, stems in found:
+        if caption.startswith("Part I:") and (ROOT / "nbs/00_start.ipynb").exists() \
+                and "00_start" not in stems:
+            stems.insert(0, "00_start")
+    return found
+
+
+def _visible_code(path: Path) -> str:
+    "The code a reader runs and sees: no `#| export` (library) or `#| hide` cells."
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    return "\n".join(c for c in cells
+                     if not re.search(r"^#\|\s*(export|hide)\b", c, re.M))
+
+
+def _model_bytes() -> int:
+    config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
+    return sum((MODEL / name).stat().st_size for name in ["config.json", *config["files"]])
+
+
+def _data_bytes(folder: Path = DATA) -> int | None:
+    if not folder.is_dir():
+        return None
+    sys.path.insert(0, str(ROOT / "tests"))
+    from make_hub_standin import make_hub_standin
+    with tempfile.TemporaryDirectory() as tmp:
+        return sum(f.stat().st_size for f in make_hub_standin(folder, tmp).glob("*.jsonl"))
+
+
+def downloads(old: dict | None = None, data_dir: Path = DATA) -> dict:
+    """What each chapter downloads where a reader has nothing, with the sizes measured
+    from the real files (see the module's docstring). Without the Multi30k text files
+    (`$AT_SHARED_DATA/multi30k`, else ../shared/data/multi30k) the data's size is kept
+    from `old`."""
+    data = _data_bytes(Path(data_dir))
+    if data is None:
+        data = (old or {}).get("items", {}).get("multi30k", {}).get("bytes")
+    items = {
+        "multi30k": {"what": "the Multi30k sentence pairs from the Hugging Face Hub", "bytes": data,
+                     "source": f"the Hugging Face Hub, {HUB_ID}",
+                     "measured": "train.jsonl, val.jsonl and test.jsonl in the Hub's layout, "
+                                 "written by tests/make_hub_standin.py from the en and de "
+                                 "text files in ../shared/data/multi30k"},
+        "model": {"what": "the trained model from the repository", "bytes": _model_bytes(),
+                  "source": "the repository's models/multi30k_en_de",
+                  "measured": "models/multi30k_en_de: config.json and the files it lists, "
+                              "the files download_model fetches"}}
+    chapters = {}
+    for path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        code = _visible_code(path)
+        fetches = (("multi30k", r"\b(load_multi30k|train_translation|ablation_data)\("),
+                   ("model", r"[\"']multi30k_en_de[\"']"))
+        got = [name for name, rx in fetches if re.search(rx, code)]
+        if got:
+            chapters[path.stem] = got
+    return {"how": "computed by bench/run_all.py (downloads): a chapter fetches what its "
+                   "visible code loads where nothing is local; sizes measured from the real "
+                   "files", "items": items, "chapters": chapters}
+
+
+def save(results: dict) -> None:
+    "Write the results file, chapters sorted, its downloads section recomputed."
+    results = dict(results, chapters=dict(sorted(results["chapters"].items())),
+                   downloads=downloads(results.get("downloads")))
+    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
 
 def machine() -> dict:
@@ -52,6 +148,7 @@ def run(path: Path, limit: float, store: bool = False) -> dict:
         where = ["--inplace"] if store else ["--output-dir", tmp]
         cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
                *where, f"--ExecutePreprocessor.timeout={int(limit)}", str(path)]
+        load = os.getloadavg()[0]      # other work on the machine inflates the time
         t0 = time.perf_counter()
         try:
             p = subprocess.run(cmd, cwd=path.parent, env=env, capture_output=True, text=True,
@@ -63,22 +160,49 @@ def run(path: Path, limit: float, store: bool = False) -> dict:
         seconds = time.perf_counter() - t0
     if (status == "failed" and any("Timeout" in line for line in tail)) or seconds > limit:
         status = "over the limit"
-    return {"seconds": round(seconds, 1), "status": status, "tail": tail}
+    return {"seconds": round(seconds, 1), "status": status, "tail": tail,
+            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2)}
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
 
 
 def table(results: dict) -> str:
-    "The markdown table for the introduction."
+    "The markdown block for the introduction: a sentence, then the table by part."
     m = results["machine"]
-    commits = sorted({r["commit"] for r in results["chapters"].values()})
-    lines = [f"Measured by `python bench/run_all.py` (commit {', '.join(commits)}) on "
+    runs = results["chapters"]
+    commits = sorted({r["commit"] for r in runs.values()})
+    order, rows, part1 = [], [], None
+    for caption, stems in parts():
+        measured = [s for s in stems if s in runs]
+        if not measured:
+            continue
+        rows.append(f"| **{caption}** | |")
+        for name in measured:
+            r = runs[name]
+            cell = minutes(r["seconds"]) if r["status"] == "ok" else r["status"]
+            rows.append(f"| {name} | {cell} |")
+        if caption.startswith("Part I:"):
+            part1 = sum(runs[s]["seconds"] for s in measured)
+            rows.append(f"| Part I in all | {minutes(part1)} |")
+        order += measured
+    rest = [name for name in runs if name not in order]
+    if rest:
+        rows.append("| **not in the book's contents** | |")
+        rows += [f"| {name} | {minutes(runs[name]['seconds'])} |" for name in rest]
+    total = sum(r["seconds"] for r in runs.values())
+    rows.append(f"| all chapters | {total / 60:.0f} |")
+    slowest = max(runs, key=lambda k: runs[k]["seconds"])
+    said = (f"The slowest chapter, {slowest}, takes about "
+            f"{minutes(runs[slowest]['seconds'])} minutes")
+    if part1 is not None:
+        said += f"; Part I takes about {minutes(part1)} minutes in all"
+    lines = [said + ".", "",
+             f"Measured by `python bench/run_all.py` (commit {', '.join(commits)}) on "
              f"{m['hardware']} ({m['isa']}), PyTorch {m['torch']}, in a Jupyter kernel, "
              "top to bottom, nothing skipped.", "",
-             "| chapter | minutes on a 2-core CPU |", "|---|---:|"]
-    for name, r in results["chapters"].items():
-        cell = f"{r['seconds'] / 60:.1f}" if r["status"] == "ok" else r["status"]
-        lines.append(f"| {name} | {cell} |")
-    total = sum(r["seconds"] for r in results["chapters"].values())
-    lines.append(f"| all chapters | {total / 60:.0f} |")
+             "| chapter | minutes |", "|---|---:|", *rows]
     return "\n".join(lines)
 
 
@@ -101,27 +225,34 @@ def main():
     args = ap.parse_args()
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
     if args.table_only:
+        save(old)
         return write_table(old)
     paths = args.notebooks or [Path(p) for p in sorted(glob.glob(str(ROOT / "nbs/*.ipynb")))]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    results = {"commit": commit, "machine": machine(), "limit_s": args.limit,
-               "chapters": dict(old["chapters"]) if args.notebooks else {}}
+    where = machine()
+    # CPU times at the top level (the table's); a GPU's in a section of their own
+    prev = old.get("gpu", {"chapters": {}}) if where["gpu"] else old
+    run_ = {"commit": commit, "machine": where, "limit_s": args.limit,
+            "chapters": dict(prev["chapters"]) if args.notebooks else {}}
+
+    def results():
+        return dict(old, gpu=run_) if where["gpu"] else dict(old, **run_)
+
     over = 0
     for path in paths:
         r = dict(run(path.resolve(), args.limit, args.store), commit=commit)
         if args.store and r["status"] == "ok":
             subprocess.run([sys.executable, str(ROOT / "tools/nbclean.py"), str(path)],
                            check=True)
-        results["chapters"][path.stem] = r
+        run_["chapters"][path.stem] = r
         over += r["status"] != "ok"
         print(f"{path.stem:22s} {r['status']:15s} {r['seconds'] / 60:5.1f} min  "
               f"{' / '.join(r['tail'])[-200:] if r['status'] != 'ok' else ''}", flush=True)
-        RESULTS.write_text(json.dumps(dict(results, chapters=dict(
-            sorted(results["chapters"].items()))), indent=1) + "\n")
-    results["chapters"] = dict(sorted(results["chapters"].items()))
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    write_table(results)
+        save(results())
+    run_["chapters"] = dict(sorted(run_["chapters"].items()))
+    save(results())
+    write_table(json.loads(RESULTS.read_text()))
     sys.exit(1 if over else 0)
 
 
