@@ -37,17 +37,6 @@ P_DROP = 0.1      # §5.4: dropout rate of the base model (sub-layers, embedding
 MAX_LEN = 5000    # positions in the table by default
 
 
-def _check_positions(x: Tensor, start: int, max_len: int, d_model: int) -> None:
-    if x.dim() != 3 or x.size(-1) != d_model:
-        raise ValueError(f"expected embeddings of shape (batch, seq_len, "
-                         f"d_model={d_model}), got {tuple(x.shape)}")
-    end = start + x.size(1) - 1
-    if start < 0 or end >= max_len:
-        raise ValueError(f"positions {start}..{end} do not fit the positional table "
-                         f"of max_len={max_len} positions (0..{max_len - 1}); "
-                         "build the model with a larger max_len")
-
-
 class PositionalEncoding(nn.Module):
     """Sinusoidal positional encoding of §3.5, added to the embeddings, then dropout
     (§5.4). `forward(x, *, start=0)`: `x` is `(batch, seq_len, d_model)`; the
@@ -66,7 +55,19 @@ class PositionalEncoding(nn.Module):
         _check_positions(x, start, self.max_len, self.d_model)
         return self.dropout(x + self.pe[start: start + x.size(1)].to(x.dtype))
 
-# %% ../nbs/03_embeddings.ipynb #726450fa
+# %% ../nbs/04b_variants.ipynb #f4f1ec4b
+def _check_positions(x: Tensor, start: int, max_len: int, d_model: int) -> None:
+    if x.dim() != 3 or x.size(-1) != d_model:
+        raise ValueError(f"expected embeddings of shape (batch, seq_len, "
+                         f"d_model={d_model}), got {tuple(x.shape)}")
+    end = start + x.size(1) - 1
+    if start < 0 or end >= max_len:
+        raise ValueError(f"positions {start}..{end} do not fit the positional table "
+                         f"of max_len={max_len} positions (0..{max_len - 1}); "
+                         "build the model with a larger max_len")
+
+
+# %% ../nbs/04b_variants.ipynb #52df029b
 class LearnedPositionalEncoding(nn.Module):
     """Learned positional embeddings (Table 3, row E): one trained vector per position,
     added to the embeddings, then dropout. Same interface as `PositionalEncoding`."""
