@@ -6,12 +6,12 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'UNK_ID', 'default_device', 'eval_mode'
            'sinusoidal_encoding', 'DecoderLayer', 'EncoderLayer', 'PositionwiseFeedForward', 'SublayerConnection',
            'Decoder', 'Encoder', 'Generator', 'Transformer', 'TransformerConfig', 'make_model', 'Batch',
            'TokenBatchSampler', 'make_batch', 'evaluate', 'label_smoothing_loss', 'lrate', 'make_optimizer',
-           'smoothed_targets', 'train_step', 'CheckpointError', 'average_checkpoints', 'load_checkpoint',
-           'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig', 'read_metrics', 'train', 'BEAM_SIZE',
-           'LENGTH_ALPHA', 'beam_search', 'greedy_decode', 'length_penalty', 'decode_ids', 'encode_text',
-           'load_multi30k', 'load_tokenizer', 'to_pairs', 'train_tokenizer', 'DownloadError', 'download_model',
-           'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation', 'CT2Translator', 'OnnxTranslator',
-           'export_ctranslate2', 'export_onnx']
+           'smoothed_targets', 'train_step', 'CheckpointError', 'CheckpointWriteError', 'average_checkpoints',
+           'load_checkpoint', 'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig', 'TrainingInterrupted',
+           'read_metrics', 'train', 'BEAM_SIZE', 'LENGTH_ALPHA', 'beam_search', 'greedy_decode', 'length_penalty',
+           'decode_ids', 'encode_text', 'load_multi30k', 'load_tokenizer', 'to_pairs', 'train_tokenizer',
+           'DownloadError', 'download_model', 'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation',
+           'CT2Translator', 'OnnxTranslator', 'export_ctranslate2', 'export_onnx']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
@@ -30,10 +30,11 @@ from .model import (
 from .batching import Batch, TokenBatchSampler, make_batch
 from .training import (
     evaluate, label_smoothing_loss, lrate, make_optimizer, smoothed_targets, train_step)
-from annotated_transformer.checkpoints import (
-    CheckpointError, average_checkpoints, load_checkpoint, load_weights,
-    save_checkpoint, save_weights)
-from .trainer import TrainConfig, read_metrics, train
+from .checkpoints import (
+    CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint,
+    load_weights, save_checkpoint, save_weights)
+from .trainer import (
+    TrainConfig, TrainingInterrupted, read_metrics, train)
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, beam_search, greedy_decode, length_penalty)
 from .data import (
@@ -54,8 +55,9 @@ _all_ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "default_device", "eval_mode",
          "Generator", "Transformer", "TransformerConfig", "make_model", "Batch",
          "TokenBatchSampler", "make_batch", "evaluate", "label_smoothing_loss", "lrate",
          "make_optimizer", "smoothed_targets", "train_step", "CheckpointError",
-         "average_checkpoints", "load_checkpoint", "load_weights", "save_checkpoint",
-         "save_weights", "TrainConfig", "read_metrics", "train", "BEAM_SIZE",
+         "CheckpointWriteError", "average_checkpoints", "load_checkpoint",
+         "load_weights", "save_checkpoint", "save_weights", "TrainConfig",
+         "TrainingInterrupted", "read_metrics", "train", "BEAM_SIZE",
          "LENGTH_ALPHA", "beam_search", "greedy_decode", "length_penalty", "decode_ids",
          "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
          "train_tokenizer", "DownloadError", "download_model", "Translator",

@@ -20,6 +20,7 @@ import torch
 from .utils import (PRECISIONS, available_devices,
                                          resolve_precision, warn_if_emulated)
 from .distributed import teardown
+from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (BATCH_SIZE, TRANSLATE_PRECISIONS,
                                               Translator, corpus_bleu)
@@ -149,12 +150,20 @@ def _export_parser(sub) -> None:
     ex.add_argument("--force", action="store_true", help="replace OUTPUT if it exists")
 
 
+def _version() -> str:
+    "The installed version, or, from a checkout never installed, the source's, marked."
+    try:
+        return importlib.metadata.version("annotated_transformer")
+    except importlib.metadata.PackageNotFoundError:      # a checkout on PYTHONPATH
+        source = sys.modules["annotated_transformer"].__version__   # its __init__.py's
+        return f"{source} (not installed)"
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Train, run and evaluate the Transformer translation "
         "model of 'Attention Is All You Need' (annotated_transformer, chapter 9).")
-    version = importlib.metadata.version("annotated_transformer")   # as installed
-    p.add_argument("--version", action="version", version=f"%(prog)s {version}")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_train_parser, _translate_parser, _evaluate_parser, _export_parser):
         add(sub)
@@ -257,6 +266,9 @@ def main(argv=None) -> int:
         except (OSError, ValueError):
             pass
         return 1
+    except TrainingInterrupted as e:   # SIGTERM or SIGINT: checkpointed, resumable
+        say(str(e))
+        return e.code
     except (ImportError, OSError, ValueError) as e:   # an extra, a file, a download
         say(f"error: {e}")
         return 1

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from .formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from .model import TransformerConfig
+from .checkpoints import replace_durably
 
 # %% ../nbs/09a_hub.ipynb #eded2e97
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -133,7 +134,7 @@ def _fetch(url: str, dest: Path, sha256: str | None = None,
                                 f"lists {sha256} (a corrupt or changed file); the "
                                 "download was not kept")
         os.chmod(part, 0o644)
-        os.replace(part, dest)
+        replace_durably(part, dest)               # on the disk, then renamed
     finally:
         Path(part).unlink(missing_ok=True)      # gone already if it became `dest`
     return dest
@@ -189,7 +190,7 @@ def download_model(url: str, cache_dir=None, progress: bool = True) -> Path:
         for name, sha256 in _listed_hashes(config, f"{url}/{CONFIG_FILE}").items():
             if not (folder / name).is_file() or file_sha256(folder / name) != sha256:
                 _fetch(f"{url}/{name}", folder / name, sha256, progress)
-        os.replace(config, folder / CONFIG_FILE)    # last: it marks the folder whole
+        replace_durably(config, folder / CONFIG_FILE)   # last: marks the folder whole
     finally:
         config.unlink(missing_ok=True)
     return folder

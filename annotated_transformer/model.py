@@ -10,17 +10,15 @@ import torch
 from torch import Tensor, nn
 
 from .attention import padding_mask
-from .embeddings import (MAX_LEN, P_DROP, Embeddings,
-                                              LearnedPositionalEncoding,
-                                              PositionalEncoding)
+from .embeddings import (
+    MAX_LEN, P_DROP, Embeddings, LearnedPositionalEncoding, PositionalEncoding)
 from .formats import PAD_ID
 from .layers import DecoderLayer, EncoderLayer
 
 # %% ../nbs/05_model.ipynb #4fad55cc
 @dataclasses.dataclass
 class TransformerConfig:
-    """Hyper-parameters with the paper's names; the defaults are the base model of
-    Table 3. `TransformerConfig.preset(name, **changes)`: a named one (page 5b)."""
+    "Hyper-parameters with the paper's names; the defaults: Table 3's base model."
     n_layers: int = 6              # N: layers in each of the two stacks
     d_model: int = 512
     d_ff: int = 2048
@@ -135,11 +133,14 @@ class Transformer(nn.Module):
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
                                           tgt_mask=tgt_mask, check=False))
 
+    def init_cache(self) -> list[dict]:
+        "An empty generation cache for `decode(..., cache=)`, one entry per layer (5b)."
+        return _init_cache(self)
+
 # %% ../nbs/05_model.ipynb #cee45777
 def make_model(src_vocab: int, tgt_vocab: int,
                config: TransformerConfig | None = None) -> Transformer:
-    """Build a `Transformer` (default: the base configuration) and initialise it:
-    Xavier uniform for every weight matrix, zero biases, LayerNorm gains at one."""
+    "A `Transformer` (default: base), initialised: Xavier uniform weights, zero biases."
     model = Transformer(src_vocab, tgt_vocab, config or TransformerConfig())
     for name, p in model.named_parameters():      # a shared matrix appears once
         if p.dim() > 1:
@@ -215,9 +216,6 @@ def _target_mask(tgt: Tensor, pad_id: int, start: int = 0,
 def _init_cache(model) -> list[dict]:
     "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
     return [{"self": {}, "cross": {}} for _ in model.decoder.layers]
-
-
-Transformer.init_cache = _init_cache     # `model.init_cache()`, as chapter 7 calls it
 
 # %% ../nbs/05b_model_details.ipynb #c7928903
 def _check_tokens(name: str, t) -> None:

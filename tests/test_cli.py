@@ -5,11 +5,15 @@ The model learns next to nothing in 20 steps; these tests check the plumbing —
 per input line, warnings on stderr, clear errors, files on disk — not the translations.
 The tests that train ask for the `multi30k` fixture (tests/conftest.py): the folder, or a skip.
 """
+import errno
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +144,26 @@ def test_version(capsys):
         main(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out == f"annotated-transformer {__version__}\n"
+
+
+def test_version_from_a_checkout_never_installed(monkeypatch, capsys):
+    """From a checkout on PYTHONPATH the package has no metadata: `--version` gives the
+    source's version, marked, and `--help` works, instead of a PackageNotFoundError."""
+    import importlib.metadata
+    from annotated_transformer import __version__
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == (f"annotated-transformer {__version__} "
+                                       "(not installed)\n")
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: annotated-transformer")
 
 
 def test_missing_device_is_named(model_dir, capsys):
@@ -310,3 +334,64 @@ def test_translate_int8(model_dir, tmp_path, capsys):
                  "--precision", "int8", "--beam-size", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 3 and out.split("\n")[1] == ""
+
+
+# -- faults while training (issue 38) ------------------------------------------------------
+
+def endless(tmp_path, **train) -> Path:
+    "The tiny recipe with a budget it never reaches and no evaluation on the way."
+    config = tmp_path / "endless.json"
+    config.write_text(json.dumps({**TINY, "bleu_every": 100_000, "train": {
+        **TINY["train"], "steps": 100_000, "eval_every": 100_000, **train}}))
+    return config
+
+
+INTERRUPTED = re.compile(r"annotated-transformer: stopped by SIGTERM at step (\d+); "
+                         r"checkpoint written to (\S+); run the same command to resume")
+
+
+def test_sigterm_ends_train_with_one_line_and_143(multi30k, tmp_path):
+    """SIGTERM to a `train` process after its first checkpoint: the update ends, one more
+    checkpoint is written, stderr holds one line that names it, and the exit status is
+    128 + SIGTERM = 143, as a shell reports a signal."""
+    from annotated_transformer.checkpoints import checkpoint_step, list_checkpoints
+    out = tmp_path / "model"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "annotated_transformer", "train", "--model-dir", str(out),
+         "--data", str(multi30k), "--config", str(endless(tmp_path, save_every=2)),
+         "--threads", "1", "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 180
+        while not list_checkpoints(out / "checkpoints"):      # then `train` is running
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM == 143, err
+    found = INTERRUPTED.fullmatch(err.strip())
+    assert found, err                                   # one line, and only it
+    assert Path(found[2]) == list_checkpoints(out / "checkpoints")[-1]
+    assert checkpoint_step(Path(found[2])) == int(found[1])      # the step it names
+
+
+def test_full_disk_ends_train_with_one_line(multi30k, tmp_path, monkeypatch, capsys):
+    "The first checkpoint finds the disk full: one line, `error: ...`, and status 1."
+    from annotated_transformer import checkpoints
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(checkpoints, "save_file", full)
+    out = tmp_path / "model"
+    assert main(["train", "--model-dir", str(out), "--data", str(multi30k), "--config",
+                 str(endless(tmp_path, save_every=2)), "--threads", "1", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("annotated-transformer: error: no space left on device for "
+                          f"checkpoint {out / 'checkpoints'}"), err
+    assert "needs at least" in err and "are free" in err
+    assert not checkpoints.list_checkpoints(out / "checkpoints")

@@ -203,6 +203,52 @@ def test_replace_durably_a_file(tmp_path, monkeypatch):
     assert (tmp_path / "file").read_text() == "whole"
 
 
+def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatch):
+    """A model downloaded into the cache (part 9a), from a server on 127.0.0.1: each file
+    reaches the disk under its temporary name, then the folder's entries after its rename;
+    config.json, which marks the folder whole, last."""
+    import functools
+    import hashlib
+    import http.server
+    from annotated_transformer.formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
+    from annotated_transformer.hub import download_model
+
+    remote = tmp_path / "www/toy"
+    remote.mkdir(parents=True)
+    files = {WEIGHTS_FILE: b"weights", TOKENIZER_FILE: b"pieces"}
+    for name, data in files.items():
+        (remote / name).write_bytes(data)
+    (remote / CONFIG_FILE).write_text(json.dumps(
+        {"files": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}))
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=tmp_path / "www"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        flushed = record_fsyncs(monkeypatch)
+        folder = download_model(f"http://127.0.0.1:{server.server_address[1]}/toy",
+                                tmp_path / "cache", progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == {
+        **files, CONFIG_FILE: (remote / CONFIG_FILE).read_bytes()}
+    # config.json to a temporary name, the two files, config.json into place: each file
+    # flushed, then its folder
+    assert flushed[1::2] == [folder] * 4, flushed
+    names = [p.name for p in flushed[0::2]]
+    config, weights, tokenizer = (re.escape(n) for n in (CONFIG_FILE, WEIGHTS_FILE,
+                                                          TOKENIZER_FILE))
+    patterns = [rf"\.\.{config}\.\d+\..+\.part", rf"\.{weights}\..+\.part",
+                rf"\.{tokenizer}\..+\.part", rf"\.{config}\.\d+"]
+    assert len(names) == 4 and all(map(re.fullmatch, patterns, names)), names
+    assert all(p.parent == folder for p in flushed[0::2])
+
+
 def test_no_folder_flush_where_folders_cannot_be_opened(tmp_path, monkeypatch):
     "As on Windows: opening a folder fails; the files are still flushed and renamed."
     flushed, real_open = record_fsyncs(monkeypatch), os.open
