@@ -24,7 +24,9 @@ def test_every_chapter_has_the_same_install_cell_but_its_extras():
     cells = {p.name: install_cell(p.name) for p in sorted((ROOT / "nbs").glob("*.ipynb"))}
     assert len(cells) >= 20
     extras = r"annotated_transformer(\[[a-z,]*\])? @"
-    shapes = {re.sub(extras, "PKG @", c) for c in cells.values()}
+    shapes = {re.sub(r"NEEDS = \(.*?\)\.split\(\)", "NEEDS = ...",
+                     re.sub(extras, "PKG @", c), flags=re.S)
+              for c in cells.values()}
     assert len(shapes) == 1, "install cells differ beyond their extras: run make clean-nbs"
 
 
@@ -46,3 +48,17 @@ def test_a_failed_pip_shows_its_lines_and_stops(tmp_path):
     assert f"pip install 'annotated_transformer @ file://{missing}'" in lines[-1]
     # pip's own words come first: its error names the missing folder
     assert any(str(missing) in line or "ERROR" in line for line in lines[:-1]), lines
+
+
+def test_a_missing_extra_module_installs_even_at_the_right_version():
+    "A reader with the base package who opens a page needing `data` gets the extra."
+    cell = install_cell("08_data.ipynb")
+    needs = re.search(r"NEEDS = (\(.*?\)\.split\(\))", cell, re.S).group(1)
+    assert "sentencepiece" in needs and "sacrebleu" in needs and "datasets" in needs
+    probe = cell.split("if _have is None")[0].replace(
+        "import importlib, importlib.metadata", "import importlib, importlib.metadata")
+    probe = re.sub(r"NEEDS = \(.*?\)\.split\(\)", 'NEEDS = ["no_such_module_at_all"]',
+                   probe, flags=re.S)
+    script = probe + "\nprint(_missing)\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.stdout.strip() == "['no_such_module_at_all']", out.stderr

@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -32,14 +33,19 @@ ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
           r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b",
           "deploy": r"\bctranslate2\b", "web": r"\bonnxruntime\b"}
+# what each extra brings, by import name: the cell installs where one of them is missing
+MODULES = {"data": ("sentencepiece", "datasets", "sacrebleu"), "viz": ("matplotlib",),
+           "deploy": ("ctranslate2",), "web": ("onnx", "onnxscript", "onnxruntime")}
 INSTALL_CELL = '''\
 #| hide
 # Installs the package at the version this page was built from where it is missing or
 # older (Colab, Kaggle, a new Jupyter). Written by tools/nbclean.py: edit it there.
-import importlib, importlib.metadata, re, subprocess, sys
+import importlib, importlib.metadata, importlib.util, re, subprocess, sys
 
 BOOK_VERSION = "{version}"
 SPEC = {spec}
+# the modules of the extras this page imports: one missing means the extra is missing
+NEEDS = {needs}
 
 
 def _parts(version):
@@ -50,7 +56,8 @@ try:
     _have = _parts(importlib.metadata.version("annotated_transformer"))
 except importlib.metadata.PackageNotFoundError:
     _have = None
-if _have is None or _have < _parts(BOOK_VERSION):
+_missing = [m for m in NEEDS if importlib.util.find_spec(m) is None]
+if _have is None or _have < _parts(BOOK_VERSION) or _missing:
     _pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", SPEC],
                           capture_output=True, text=True)
     if _pip.returncode:                    # pip's own words first, then what to do
@@ -69,13 +76,18 @@ def install_cell(code: str) -> str:
     version = re.search(r'__version__ = "([^"]+)"', init).group(1)
     hub = (root / "annotated_transformer/hub.py").read_text()
     ref = re.search(r'^SOURCE_REF = "([^"]+)"', hub, re.M).group(1)
-    extras = ",".join(k for k, rx in EXTRAS.items() if re.search(rx, code, re.M))
+    chosen = [k for k, rx in EXTRAS.items() if re.search(rx, code, re.M)]
+    extras = ",".join(chosen)
+    needs = tuple(m for k in chosen for m in MODULES[k])
     name = f"annotated_transformer[{extras}]" if extras else "annotated_transformer"
     if ON_INDEX:
         spec = f'"{name}=={version}"'
     else:
         spec = f'("{name} @ "\n        "git+{url}@{ref}")'
-    return INSTALL_CELL.format(version=version, spec=spec)
+    words = textwrap.wrap(" ".join(needs), 70, break_on_hyphens=False) or [""]
+    joined = "\n         ".join(f'"{w} "' if i < len(words) - 1 else f'"{w}"'
+                               for i, w in enumerate(words))
+    return INSTALL_CELL.format(version=version, spec=spec, needs=f"({joined}).split()")
 
 
 def _set_install_cell(nb):
