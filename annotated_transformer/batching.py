@@ -98,7 +98,7 @@ class TokenBatchSampler:
     def __len__(self) -> int:
         return len(self.batches())
 
-# %% ../nbs/06_batching.ipynb #4a508b78
+# %% ../nbs/06c_trainer.ipynb #4a508b78
 def pair_lengths(pairs) -> list[tuple[int, int]]:
     "Positions each `(src_ids, tgt_ids)` pair takes: the source, and the target + 1."
     return [(len(s), len(t) + 1) for s, t in pairs]       # +1: <BOS> in, <EOS> out
