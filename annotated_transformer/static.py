@@ -16,8 +16,8 @@ from .attention import attention
 from .embeddings import PositionalEncoding
 from .model import Transformer
 from .decoding import (
-    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_A, MAX_LEN_B, _best_reachable, _candidates,
-    _extend, _merge_finished, _prepare, _restrict)
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_A, MAX_LEN_B, beam_candidates, best_reachable,
+    extend_beams, forbid_tokens, merge_finished, prepare_decoding)
 
 # %% ../nbs/07b_static.ipynb #f0315a06
 def bucket(n: int, smallest: int = 16) -> int:
@@ -119,7 +119,8 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
     """`greedy_decode` (chapter 7) on a `StaticCache`: the same ids `(batch, steps)`
     and summed log-probabilities `(batch,)`, one `step` call per token."""
     with eval_mode(model):
-        memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
+        memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
+                                                   max_len_b)
         batch, pad, dev = src.size(0), model.config.pad_id, src.device
         steps = int(limit.max())
         cache = StaticCache(model, batch, bucket(steps), bucket(src.size(1)))
@@ -129,7 +130,7 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
         done = torch.zeros(batch, dtype=torch.bool, device=dev)
         for s in range(1, steps + 1):
             logp = step(model, _last(tokens), torch.tensor([s - 1], device=dev), cache)
-            logp = _restrict(logp, s, model, bos_id, eos_id, min_len)
+            logp = forbid_tokens(logp, s, model, bos_id, eos_id, min_len)
             best_logp, best = logp.max(dim=-1)                    # (batch,)
             scores += best_logp.masked_fill(done, 0.0)
             tokens = torch.cat([tokens, best.masked_fill(done, pad)[:, None]], dim=1)
@@ -152,7 +153,8 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
         raise ValueError(f"n_best must lie in 1..beam_size={beam_size}, got {n_best}")
     K, pad, inf = beam_size, model.config.pad_id, math.inf
     with eval_mode(model):
-        memory, src_mask, limit = _prepare(model, src, src_mask, max_len_a, max_len_b)
+        memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
+                                                   max_len_b)
         B, dev, steps = src.size(0), src.device, int(limit.max())
         cache = StaticCache(model, B * K, bucket(steps), bucket(src.size(1)))
         cache.fill_source(model, memory.repeat_interleave(K, dim=0),
@@ -166,19 +168,19 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
         searching, every = torch.ones(B, dtype=torch.bool, device=dev), torch.arange(B)
         for s in range(1, steps + 1):
             logp = step(model, _last(tokens), torch.tensor([s - 1], device=dev), cache)
-            logp = _restrict(logp, s, model, bos_id, eos_id, min_len)
-            top, beam, tok, ended = _candidates(live, logp, s, limit, eos_id, alpha)
-            fin_scores, fin_tokens = _merge_finished(fin_scores, fin_tokens, ended,
-                                                     tokens, beam, tok, pad)
+            logp = forbid_tokens(logp, s, model, bos_id, eos_id, min_len)
+            top, beam, tok, ended = beam_candidates(live, logp, s, limit, eos_id, alpha)
+            fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,
+                                                    tokens, beam, tok, pad)
             live, pick = top.masked_fill(tok == eos_id, -inf).topk(K, dim=1)
-            bound = _best_reachable(live[:, 0], s, limit, alpha)
+            bound = best_reachable(live[:, 0], s, limit, alpha)
             done = (s >= limit) | ((bound <= fin_scores[:, n_best - 1]) & early_stop)
             now = done & searching                               # finished at this step
             out_scores[now], out_tokens[now] = fin_scores[now], fin_tokens[now]
             searching &= ~done
             if not searching.any():
                 break
-            rows, tokens = _extend(tokens, beam, tok, pick, every.to(dev))
+            rows, tokens = extend_beams(tokens, beam, tok, pick, every.to(dev))
             cache.reorder(rows.view(-1), s)
         length = int((out_tokens[:, :n_best] != pad).sum(-1).max())
         return out_tokens[:, :n_best, :length], out_scores[:, :n_best]
