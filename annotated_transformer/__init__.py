@@ -43,8 +43,8 @@ from .data import (
 from .hub import DownloadError, download_model
 from .translator import Translator, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
-from .export import (
-    CT2Translator, OnnxTranslator, export_ctranslate2, export_onnx)
+from .ct2 import CT2Translator, export_ctranslate2
+from .onnx import OnnxTranslator, export_onnx
 from . import cli  # noqa: F401 (reachable; its names stay in it)
 
 # %% ../nbs/99_package.ipynb #c9f83e5b

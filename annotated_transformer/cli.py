@@ -25,7 +25,8 @@ from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (BATCH_SIZE, TRANSLATE_PRECISIONS,
                                               Translator, corpus_bleu)
 from .recipe import TranslationRecipe, train_translation
-from .export import export_ctranslate2, export_onnx
+from .ct2 import export_ctranslate2
+from .onnx import export_onnx
 from .lines import (PROG, line_batches, read_lines, say, stream_fd,
                                          translate_lines, write_lines)
 

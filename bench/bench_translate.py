@@ -38,7 +38,7 @@ def load(name: str, model_dir: str, ct2_dirs: dict, threads: int):
         ours = Translator.from_pretrained(model_dir, device="cpu")
         precision = name.split()[1]
         return lambda s, k: ours.translate(s, beam_size=k, precision=precision)
-    from annotated_transformer.export import CT2Translator
+    from annotated_transformer.ct2 import CT2Translator
     kind = name.split()[1]
     engine = CT2Translator(ct2_dirs[kind], {"fp32": "float32"}.get(kind, kind), threads)
     return lambda s, k: engine.translate(s, beam_size=k)
@@ -106,7 +106,7 @@ def main(argv=None) -> None:
     p.add_argument("--same-process", action="store_true",
                    help="all engines loaded in this one process (to see the interference)")
     a = p.parse_args(argv)
-    from annotated_transformer.export import export_ctranslate2
+    from annotated_transformer.ct2 import export_ctranslate2
     from annotated_transformer.translator import Translator
     from annotated_transformer.utils import hardware, native_bf16
     torch.set_num_threads(a.threads)

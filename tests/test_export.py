@@ -13,7 +13,7 @@ ct2 = pytest.importorskip("ctranslate2")
 from annotated_transformer.cli import main
 from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
-from annotated_transformer.export import CT2Translator, export_ctranslate2
+from annotated_transformer.ct2 import CT2Translator, export_ctranslate2
 from annotated_transformer.formats import BOS_ID, EOS_ID
 from annotated_transformer.translator import Translator
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator

@@ -1,4 +1,4 @@
-"""Export to ONNX (chapter 9d): onnxruntime computes what our code computes.
+"""Export to ONNX (part 9d′): onnxruntime computes what our code computes.
 
 Small models of every architecture variant the export must carry (the paper's Post-LN,
 Pre-LN with GELU, no biases with learned positions) give the same per-token
@@ -19,9 +19,9 @@ pytest.importorskip("onnxscript")
 from annotated_transformer.cli import main
 from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
-from annotated_transformer.export import (ONNX_FILES, OnnxTranslator, _exact_halves,
-                                          _onnx_graphs, _onnx_greedy, export_onnx,
-                                          onnx_log_probs)
+from annotated_transformer.onnx import (ONNX_FILES, OnnxTranslator, _exact_halves,
+                                        _onnx_graphs, _onnx_greedy, export_onnx,
+                                        onnx_log_probs)
 from annotated_transformer.formats import BOS_ID, PAD_ID
 from annotated_transformer.translator import Translator, corpus_bleu
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator

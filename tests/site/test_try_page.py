@@ -139,7 +139,7 @@ def test_page_translates_as_python_does(server, browser, sources):
     from annotated_transformer import OnnxTranslator, Translator
     from annotated_transformer.data import normalize_line
     from annotated_transformer.decoding import beam_search
-    from annotated_transformer.export import _onnx_greedy
+    from annotated_transformer.onnx import _onnx_greedy
     from annotated_transformer.translator import MAX_LEN_B
     from annotated_transformer.formats import EOS_ID
 
@@ -220,7 +220,7 @@ def test_length_limit_and_cut_source_as_python(server, browser, sources):
     import torch
     from annotated_transformer import OnnxTranslator, Translator
     from annotated_transformer.decoding import beam_search
-    from annotated_transformer.export import _onnx_greedy
+    from annotated_transformer.onnx import _onnx_greedy
     from annotated_transformer.formats import EOS_ID
     from annotated_transformer.translator import encode_sources
 
