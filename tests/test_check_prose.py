@@ -92,3 +92,9 @@ def test_every_page_of_the_book_passes():
     for p in check_prose.pages():
         found += check_prose.check_page(p, check_prose.allow_phrases())
     assert found == [], "\n".join(found[:40])
+
+
+def test_pending_pages_exist_and_are_few():
+    "The pending list names real pages, and only a few: it only shrinks."
+    pending = check_prose.pending()
+    assert all(p.exists() for p in pending) and len(pending) <= 2

@@ -110,7 +110,7 @@ INI
 
 # shrunk even by hand: their full runs take minutes (bench/run_all.py times them; the
 # introduction's table)
-SHRUNK=" 06d_copy 07_decoding 09b_translator 09d_export 09dd_onnx 10_why_attention 11_inside "
+SHRUNK=" 06d_copy 07_decoding 07c_decoding_details 09b_translator 09bb_translator_details 09d_export 09dd_onnx 10_why_attention 11_inside "
 listed() {  # the chapters a list file names, as " name name ... "
   echo " $(grep -v '^#' "$1" | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
 }
