@@ -1,8 +1,8 @@
 # Two commands do everything, set-up included (see README.md):
 #   make book   build the site into book/_build/html
 #   make test   everything CI checks
-# Other targets are for authors: `make execute NB=nbs/01_attention.ipynb` runs a chapter and stores
-# its outputs; `make clean-nbs` normalises notebook metadata.
+# Other targets are for authors: `make execute NB=nbs/01_attention.ipynb` runs a chapter, stores
+# its outputs and its time (bench/run_all.py --store); `make clean-nbs` normalises notebook metadata.
 
 VENV       ?= .venv
 PY         := $(VENV)/bin/python
@@ -32,11 +32,10 @@ book: export
 test: setup
 	VENV=$(VENV) TORCH_SPEC="$(TORCH_SPEC)" bash tools/test.sh
 
+# one way to run a chapter for its stored outputs: bench/run_all.py runs it as a reader does
+# (full size), stores the outputs, cleans the notebook and records its time for the book
 execute: export
-	for nb in $(NB); do \
-	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.timeout=3600 $$nb || exit 1; done
-	$(PY) tools/nbclean.py $(NB)
+	$(PY) bench/run_all.py --store --limit 3600 $(NB)
 
 clean-nbs: setup
 	$(PY) tools/nbclean.py
