@@ -37,7 +37,7 @@ from .trainer import (
     TrainConfig, TrainingInterrupted, read_metrics, train)
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, beam_search, greedy_decode, length_penalty)
-from . import static  # noqa: F401 (part 7b: its names stay in it)
+from . import static  # noqa: F401 (part 9b: its names stay in it)
 from .data import (
     decode_ids, encode_text, load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from .hub import DownloadError, download_model

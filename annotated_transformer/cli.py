@@ -139,7 +139,7 @@ _EXPORTS = {"ctranslate2": export_ctranslate2, "onnx": export_onnx}
 def _export_parser(sub) -> None:
     ex = _model_command(sub, "export", "convert a model for a deployment engine",
                         "Convert a model directory to a CTranslate2 model directory or "
-                        "to two ONNX graphs (part 9d), tokenizer included. Needs the "
+                        "to two ONNX graphs (part 11e), tokenizer included. Needs the "
                         "deploy extra (CTranslate2: pip install "
                         "'annotated_transformer[deploy]') or the web extra (ONNX: "
                         "pip install 'annotated_transformer[web]').")
@@ -163,7 +163,7 @@ def _version() -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Train, run and evaluate the Transformer translation "
-        "model of 'Attention Is All You Need' (annotated_transformer, chapter 9).")
+        "model of 'Attention Is All You Need' (annotated_transformer, chapter 11).")
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_train_parser, _translate_parser, _evaluate_parser, _export_parser):

@@ -92,7 +92,7 @@ SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, beside the eng
 
 def export_source(model, out_dir, force: bool) -> tuple[Translator, Path]:
     """The `Translator` to export (loaded unless given one) and the checked output
-    path; `export_onnx` (part 9d′) starts from it too."""
+    path; `export_onnx` (part 11e) starts from it too."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not force:
         raise FileExistsError(f"{out_dir} exists: pass force=True (--force) to "

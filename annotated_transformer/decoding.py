@@ -122,7 +122,7 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
                      max_len_a: float,
                      max_len_b: int) -> tuple[Tensor, Tensor, Tensor]:
     """Check the request and encode the source once: memory, mask, each sentence's
-    limit. A building block of the searches of chapter 7 and part 7b (`static`)."""
+    limit. A building block of the searches of chapter 9 and part 9b (`static`)."""
     table, pad = model.config.max_len, model.config.pad_id
     if src.dim() != 2:
         raise ValueError(f"src must be token ids of shape (batch, src_len), "
@@ -149,7 +149,7 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
 def forbid_tokens(logp: Tensor, step: int, model: nn.Module, bos_id: int, eos_id: int,
                   min_len: int) -> Tensor:
     """Forbid padding and BOS as outputs, and EOS at steps 1..min_len (in place).
-    A building block of the searches of chapter 7 and part 7b (`static`)."""
+    A building block of the searches of chapter 9 and part 9b (`static`)."""
     forbidden = [model.config.pad_id] + ([bos_id] if bos_id != eos_id else [])
     if step <= min_len:
         forbidden.append(eos_id)
@@ -196,7 +196,7 @@ def merge_finished(scores: Tensor, tokens: Tensor, new_scores: Tensor,
     and `tokens` `(B, K, steps)`, and the 2K candidates scored `new_scores` `(B, 2K)`
     (-inf: not finished): each one the prefix `prefixes` `(B*K, step)` of beam `beam`
     `(B, 2K)`, without its BOS, then token `tok` `(B, 2K)`.
-    A building block of the searches of chapter 7 and part 7b (`static`)."""
+    A building block of the searches of chapter 9 and part 9b (`static`)."""
     (B, K, steps), step = tokens.shape, prefixes.size(1)
     prefix = prefixes.view(B, K, step)[:, :, 1:]                # without BOS
     prefix = prefix.gather(1, beam[:, :, None].expand(-1, -1, step - 1))
@@ -213,7 +213,7 @@ def beam_candidates(live: Tensor, logp: Tensor, step: int, limit: Tensor, eos_id
     and the token of each `(b, 2K)`, best first, and the normalised scores of those
     that finish (EOS, or the length limit, among the best K), -inf for the others.
     `live` `(b, K)`: the beams' raw scores; `logp` `(b·K, V)`: the next token's.
-    A building block of the searches of chapter 7 and part 7b (`static`)."""
+    A building block of the searches of chapter 9 and part 9b (`static`)."""
     (b, K), V = live.shape, logp.size(-1)
     cand = (live[:, :, None] + logp.view(b, K, V)).view(b, K * V)
     top, idx = cand.topk(2 * K, dim=1)                    # (b, 2K), best first
@@ -229,7 +229,7 @@ def extend_beams(tokens: Tensor, beam: Tensor, tok: Tensor, pick: Tensor,
     """The next beams of the sentences `keep` `(b',)`: the rows `(b', K)` of the
     prefixes `tokens` `(b·K, step)` they continue (candidates `pick` `(b, K)` of
     `beam`, `tok`), and those prefixes with their new tokens `(b'·K, step + 1)`.
-    A building block of the searches of chapter 7 and part 7b (`static`)."""
+    A building block of the searches of chapter 9 and part 9b (`static`)."""
     b, K = pick.shape
     first_row = torch.arange(b, device=pick.device)[:, None] * K
     rows = (first_row + beam.gather(1, pick))[keep]         # (b', K)
@@ -264,7 +264,7 @@ def best_reachable(live_best: Tensor, step: int, limit: Tensor,
                    alpha: float) -> Tensor:
     """Upper bound `(batch,)` on the normalised score of any hypothesis that grows from
     live ones whose best raw score is `live_best` at `step`; `limit` `(batch,)`.
-    A building block of the searches of chapter 7 and part 7b (`static`)."""
+    A building block of the searches of chapter 9 and part 9b (`static`)."""
     # raw scores only fall (log-probabilities ≤ 0); a negative score divided by the
     # largest penalty still reachable (lp is monotone: at one end of the range) is the
     # most it can gain

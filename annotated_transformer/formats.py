@@ -10,11 +10,11 @@ SPECIAL_PIECES = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>", UNK_ID: "<unk>
 FIRST_WORD_ID = len(SPECIAL_PIECES)      # ids below it are never words
 
 # %% ../nbs/00a_formats.ipynb #d666ee85
-# a model directory (chapter 9a); a checkpoint stores its weights under the same name
+# a model directory (chapter 11a); a checkpoint stores its weights under the same name
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE = ("config.json", "model.safetensors",
                                              "tokenizer.model")
 MODEL_FORMAT = "annotated_transformer.translation/1"   # kept since version 0.1
 TRAINER_FILE = "trainer.safetensors"      # a checkpoint's optimizer, schedule and RNG
-# a run directory (chapters 6c and 9c)
+# a run directory (chapters 7c and 11c)
 METRICS_FILE, RECIPE_FILE = "metrics.jsonl", "recipe.json"
 CHECKPOINTS_DIR = "checkpoints"

@@ -66,7 +66,7 @@ class Encoder(nn.Module):
 # %% ../nbs/05_model.ipynb #a56a64a4
 class Decoder(nn.Module):
     """§3.1: `n_layers` `DecoderLayer`s in `.layers`, then a LayerNorm only for Pre-LN;
-    `cache`: one `{"self": {}, "cross": {}}` per layer, when generating (chapter 7)."""
+    `cache`: one `{"self": {}, "cross": {}}` per layer, when generating (chapter 9)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -170,9 +170,9 @@ _PRESETS = {
     "base": dict(),                   # the defaults: Table 3's base model
     "big": dict(d_model=1024, d_ff=4096, n_heads=16, p_drop=0.3),
     "tiny": dict(n_layers=2, d_model=6, d_ff=12, n_heads=2),
-    # the copy-task model of chapters 6 and 7
+    # the copy-task model of chapters 8 and 9
     "copy": dict(n_layers=2, d_model=64, d_ff=256, n_heads=4, max_len=64),
-    # the English-German model of chapter 9
+    # the English-German model of chapter 11
     "multi30k": dict(n_layers=3, d_model=256, d_ff=1024, n_heads=4, p_drop=0.2,
                      p_attn_drop=0.1, p_ff_drop=0.1, max_len=256),
 }

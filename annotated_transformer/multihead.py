@@ -91,7 +91,7 @@ class MultiHeadAttention(_HeadProjections):
 def _project_heads(mha: _HeadProjections, query: Tensor, key: Tensor, value: Tensor,
                    cache: dict | None) -> tuple[Tensor, Tensor, Tensor]:
     """The queries, keys and values of `mha`, split into heads. With a `cache`
-    (decoding, chapter 7), self-attention appends this step's keys and values to those
+    (decoding, chapter 9), self-attention appends this step's keys and values to those
     cached, and cross-attention computes the encoder's at the first step only."""
     self_attention = query is key and key is value
     if cache is not None and not self_attention and "k" in cache:

@@ -227,7 +227,7 @@ class OnnxTranslator:
 # %% ../nbs/09dd_onnx.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
     """Greedy output ids (without BOS and EOS) for one batch of source id lists;
-    padding and BOS are never chosen, as in chapter 7's searches (part 7c)."""
+    padding and BOS are never chosen, as in chapter 9's searches (part 9c)."""
     np, c = optional_import("numpy", "web"), engine.config
     mask, cross, past = engine.start(rows)
     limit = np.array([len(r) for r in rows]) + max_len_b

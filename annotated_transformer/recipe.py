@@ -33,7 +33,7 @@ class TranslationRecipe:
     model: TransformerConfig = field(
         default_factory=lambda: TransformerConfig.preset("multi30k"))
     train: TrainConfig = field(default_factory=lambda: TrainConfig.preset("multi30k"))
-    vocab_size: int = 8000            # shared sentencepiece BPE (chapter 8)
+    vocab_size: int = 8000            # shared sentencepiece BPE (chapter 10)
     src_lang: str = "en"
     tgt_lang: str = "de"
     max_minutes: float | None = None  # optional: stop at a checkpoint before the limit

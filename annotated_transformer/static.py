@@ -116,7 +116,7 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
                          max_len_b: int = MAX_LEN_B, min_len: int = 0,
                          src_mask: Tensor | None = None,
                          step=static_step) -> tuple[Tensor, Tensor]:
-    """`greedy_decode` (chapter 7) on a `StaticCache`: the same ids `(batch, steps)`
+    """`greedy_decode` (chapter 9) on a `StaticCache`: the same ids `(batch, steps)`
     and summed log-probabilities `(batch,)`, one `step` call per token."""
     with eval_mode(model):
         memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
@@ -147,7 +147,7 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
                        eos_id: int = EOS_ID, n_best: int = 1, min_len: int = 0,
                        src_mask: Tensor | None = None, early_stop: bool = True,
                        step=static_step) -> tuple[Tensor, Tensor]:
-    """`beam_search` (chapter 7) on a `StaticCache` of `batch × beam_size` rows: the
+    """`beam_search` (chapter 9) on a `StaticCache` of `batch × beam_size` rows: the
     same ids `(batch, n_best, steps)` and scores `(batch, n_best)`."""
     if not 1 <= n_best <= beam_size:
         raise ValueError(f"n_best must lie in 1..beam_size={beam_size}, got {n_best}")

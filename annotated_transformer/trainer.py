@@ -58,7 +58,7 @@ class TrainConfig:
     accum_steps: int = 1            # micro-batches per update (per process)
     warmup: int = 4000
     lr_factor: float = 1.0
-    ramp: bool = True               # False: the peak rate from step 1 (chapter 12)
+    ramp: bool = True               # False: the peak rate from step 1 (chapter 14)
     eps_ls: float = EPS_LS
     clip_norm: float | None = None  # the paper does not clip
     precision: str = "auto"         # bf16 where native, else fp32; or as named
@@ -85,7 +85,7 @@ class TrainConfig:
         return replace(cls(**settings), **overrides)
 
 # %% ../nbs/06c_trainer.ipynb #be82072a
-_PRESETS = {     # the copy model in fp32: the same weights on every machine (chapter 7)
+_PRESETS = {     # the copy model in fp32: the same weights on every machine (chapter 9)
     "copy": dict(steps=1200, max_tokens=1024, warmup=200, precision="fp32",
                  log_every=25, eval_every=100, save_every=300),
     "copy_quick": dict(steps=30, max_tokens=256, warmup=200, precision="fp32",

@@ -176,7 +176,7 @@ def _instrumented(model: Transformer) -> bool:
 def _decoding_model(model: Transformer, precision: str, device,
                     kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
-    for fp32 on the CPU its column-major copy (chapter 7a) unless `_instrumented`;
+    for fp32 on the CPU its column-major copy (chapter 9a) unless `_instrumented`;
     otherwise `model` itself. A copy is made at the first use and kept in `kept`
     until `_weights_stamp` moves."""
     model = model.to(device)
@@ -212,7 +212,7 @@ def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: s
             found = _search(model, [ids[i] for i in rows], device, precision,
                             beam_size, alpha, max_len_b)
             for i, t in zip(rows, found):
-                out[i] = decode_ids(sp, t)          # up to EOS (chapter 8)
+                out[i] = decode_ids(sp, t)          # up to EOS (chapter 10)
             bar.update(len(rows))
     return out
 

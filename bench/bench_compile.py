@@ -1,8 +1,8 @@
 """Does `torch.compile` of the cached decoding step pay on a CPU? Side by side, one process.
 
-Chapter 7's `decode_step` (one cached step of the decoder) runs as it is ("eager") and compiled
+Chapter 9's `decode_step` (one cached step of the decoder) runs as it is ("eager") and compiled
 by `torch.compile(dynamic=True)` (Inductor; dynamic, because the cache grows by one position
-a step), inside chapter 7's own `greedy_decode` and `beam_search`, one sentence at a time, on
+a step), inside chapter 9's own `greedy_decode` and `beam_search`, one sentence at a time, on
 the shipped model (float32, nn.Linear's layout) and test_2016_flickr. The two take turns for
 --rounds rounds; each prints its best time per sentence, and the script checks that both
 return the same tokens. The compile time (first sentences) is printed apart.

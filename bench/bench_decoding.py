@@ -1,10 +1,10 @@
-"""Decoding speed with and without the key-value cache (chapter 7), side by side.
+"""Decoding speed with and without the key-value cache (chapter 9), side by side.
 
 Greedy decoding and beam search (beam 4, alpha 0.6) on one randomly initialised model and
 the same random sources, each run with the cache and without. Every output is forced to
 exactly --steps tokens (EOS is forbidden until the length limit), so both variants take the
 same number of steps; the script checks that they return the same tokens and scores.
-By default the model's matrices are stored column after column (`column_major`, chapter 7a),
+By default the model's matrices are stored column after column (`column_major`, chapter 9a),
 as the translator decodes in float32 on a CPU; --layout rows keeps nn.Linear's own layout.
 
     python bench/bench_decoding.py                         # base width, 6+6 layers

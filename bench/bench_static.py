@@ -1,8 +1,8 @@
-"""Chapter 7b's static-shape decoding step, eager and compiled, against chapter 7's cached step.
+"""Chapter 9b's static-shape decoding step, eager and compiled, against chapter 9's cached step.
 
-Engines, on the shipped model (chapter 9b) and the first --sentences of test_2016_flickr,
+Engines, on the shipped model (chapter 11) and the first --sentences of test_2016_flickr,
 greedy, one sentence at a time (batch 1):
-  - "eager cached": chapter 7's `greedy_decode` (its cache grows by torch.cat);
+  - "eager cached": chapter 9's `greedy_decode` (its cache grows by torch.cat);
   - "static eager": `static_greedy_decode` with `static_step` (buffers allocated once);
   - "static compiled": the same with `compiled_step(**options)`, torch.compile(dynamic=False)
     and the Inductor --options (JSON, e.g. '{"freezing": true}').

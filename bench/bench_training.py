@@ -2,7 +2,7 @@
 
 Both models get the same configuration (post-norm, ReLU, dropout 0.1, tied embeddings
 scaled by sqrt(d_model), sinusoidal positions, the same initialisation), the same batches
-and dropout draws, and the same loss, optimizer and `train_step` (chapter 6). One model per
+and dropout draws, and the same loss, optimizer and `train_step` (part 7c). One model per
 (implementation, precision) is trained, and their steps are interleaved in one process, in
 an order that rotates every step, so that any drift of the machine's speed affects all
 alike. Score: target tokens per second (median over the measured steps), for fp32 and for

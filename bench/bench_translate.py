@@ -5,7 +5,7 @@ turns, so that a slow moment of a shared machine hits all alike (the best round 
 One process per engine matters: CTranslate2 ships its own OpenMP runtime, and with its
 translator loaded, PyTorch's two-thread decoding of one sentence ran 2.7 times as slow on the
 machine this was written on (`--same-process` reproduces that). Workloads, on the shipped
-model (chapter 9b) and test_2016_flickr:
+model (chapter 11) and test_2016_flickr:
   - bulk: the whole test set, beam 4 (alpha 0.6), batches of 64 sentences;
   - interactive: --interactive sentences one at a time, greedy and beam 4 (median latency).
 The GEMM-bound time is the matrix-multiply FLOPs that our decoder performs for the workload

@@ -1,9 +1,9 @@
 """Checks of the CUDA-only code paths, for a machine with a GPU (CI has none).
 
-fp16 with loss scaling, bf16 and fp32 training on the copy task (chapter 6); cached ==
-uncached beam search and greedy decoding (chapter 7); our attention against
+fp16 with loss scaling, bf16 and fp32 training on the copy task (chapter 8, part 7c); cached ==
+uncached beam search and greedy decoding (chapter 9); our attention against
 `nn.MultiheadAttention` (chapter 2); with a model directory and a source file, the time
-to translate the file with beam 4 (chapter 9).
+to translate the file with beam 4 (chapter 11).
 
     python bench/cuda_checks.py [MODEL_DIR SOURCE_FILE]
 """

@@ -1,13 +1,13 @@
 """Where one sentence's decoding step spends its time: the matrix products in context, and the
 same products run alone.
 
-On the shipped model (chapter 9b), one test sentence is encoded and 15 cached greedy steps are
+On the shipped model (chapter 11), one test sentence is encoded and 15 cached greedy steps are
 profiled with torch.profiler: the share of the step spent in `aten::addmm`, and each product's
 average time. Then the decoder's own matrix products of one step are timed alone, back to back,
 and a matrix-vector product's rate is measured against the bytes of weights it cycles through:
 the rate falls once the weights no longer stay in the processor's cache, which is where a step
 that reads all of the decoder's matrices stands. The model is stored as the translator decodes
-in float32 on a CPU (`column_major`, chapter 7a), unless --layout rows.
+in float32 on a CPU (`column_major`, chapter 9a), unless --layout rows.
 
     python bench/profile_step.py --threads 2
 """

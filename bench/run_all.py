@@ -26,7 +26,7 @@ checkout, no data, no model): its `downloads` section is computed by `downloads(
 write, from two facts, both read from the repository rather than typed:
 - which chapters fetch what: a chapter fetches the Multi30k data from the Hub where a visible
   code cell (not `#| export`, not `#| hide`) calls `load_multi30k(` or one of the
-  functions that call it, `train_translation(` (9c) and `ablation_data(` (12), which read
+  functions that call it, `train_translation(` (part 11c) and `ablation_data(` (14), which read
   the Hub copy when no local folder is found; and the shipped model where such a
   cell names it, "multi30k_en_de", as the fallback that `resolve_model` downloads;
 - the sizes: the model is config.json and the files it lists (what `download_model`

@@ -1,4 +1,4 @@
-"""Compare translation recipes (chapter 9) side by side on one machine.
+"""Compare translation recipes (part 11c) side by side on one machine.
 
 Each recipe is a `TranslationRecipe` given as overrides of the chapter's current defaults
 (the recipe files here spell out the batch and schedule they used, since the defaults

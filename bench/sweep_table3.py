@@ -1,7 +1,7 @@
-"""Table 3 of the paper in miniature on a CPU (chapter 12), and the sweep around it.
+"""Table 3 of the paper in miniature on a CPU (chapter 14), and the sweep around it.
 
 Every variant changes one thing of a small base model and trains for the same number
-of updates with the trainer of chapter 6c (`train`). The variants are data, in
+of updates with the trainer of chapter 7c (`train`). The variants are data, in
 bench/table3_variants.json beside this script (the base row once, the settings a group
 shares, one line per run with what it changes), expanded by `expand_variants`; the run
 function (`run_variant`) is the chapter's own, exported to

@@ -1,4 +1,4 @@
-"""Chapter 11's head mask and probes on a small untrained model (seconds, no data)."""
+"""Chapter 13's head mask and probes on a small untrained model (seconds, no data)."""
 import torch
 
 from annotated_transformer.lab.analysis import (KINDS, attention_modules, control_labels,

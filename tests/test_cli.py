@@ -1,4 +1,4 @@
-"""The `annotated-transformer` command line (chapter 9e), run in-process on the local Multi30k
+"""The `annotated-transformer` command line (part 11g), run in-process on the local Multi30k
 files: train a tiny model for a few steps, extend it, translate awkward input, evaluate.
 
 The model learns next to nothing in 20 steps; these tests check the plumbing — one output line

@@ -1,4 +1,4 @@
-"""Tests of annotated_transformer.lab.complexity (chapter 10) beyond the chapter's own checks."""
+"""Tests of annotated_transformer.lab.complexity (chapter 12) beyond the chapter's own checks."""
 import pytest
 import torch
 

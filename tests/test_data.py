@@ -1,4 +1,4 @@
-"""Tests of annotated_transformer.data (chapter 8): loading, errors, cleaning, tokenizer.
+"""Tests of annotated_transformer.data (chapter 10): loading, errors, cleaning, tokenizer.
 
 Offline by construction: the hub is switched off before `datasets` is imported, and the tests that
 load data block every socket, so a test that tried the network would fail instead of waiting.

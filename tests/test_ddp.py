@@ -1,7 +1,7 @@
 """Distributed data parallel gives the update of one process with the same global batch.
 
 `torchrun --nproc_per_node=2` runs tests/train_copy.py, which trains the copy task
-(chapter 6c) on the CPU with the gloo backend, one micro-batch per process per update. One
+(chapter 7c) on the CPU with the gloo backend, one micro-batch per process per update. One
 process trains the same model on the same data with two accumulated micro-batches per
 update: the same two micro-batches, so the same global batch. Dropout is off (each process would draw its own masks).
 

@@ -1,4 +1,4 @@
-"""Export to CTranslate2 (chapter 9d): parity of the engine with our code on small models.
+"""Export to CTranslate2 (chapter 11d): parity of the engine with our code on small models.
 
 Every variant of the architecture the export maps (the paper's Post-LN, Pre-LN with GELU,
 no biases with learned positions) gets the same per-token log-probabilities from the engine

@@ -204,7 +204,7 @@ def test_replace_durably_a_file(tmp_path, monkeypatch):
 
 
 def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatch):
-    """A model downloaded into the cache (part 9a), from a server on 127.0.0.1: each file
+    """A model downloaded into the cache (part 11a), from a server on 127.0.0.1: each file
     reaches the disk under its temporary name, then the folder's entries after its rename;
     config.json, which marks the folder whole, last."""
     import functools

@@ -1,4 +1,4 @@
-"""The library and the lab: `annotated_transformer.lab` (chapters 10–12) imports the core,
+"""The library and the lab: `annotated_transformer.lab` (chapters 12–14) imports the core,
 the core never imports the lab, and a plain `import annotated_transformer` loads none of it.
 
 What an import binds depends on what was imported before it, so the import checks run in

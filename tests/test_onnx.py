@@ -1,4 +1,4 @@
-"""Export to ONNX (part 9d′): onnxruntime computes what our code computes.
+"""Export to ONNX (part 11e): onnxruntime computes what our code computes.
 
 Small models of every architecture variant the export must carry (the paper's Post-LN,
 Pre-LN with GELU, no biases with learned positions) give the same per-token

@@ -91,7 +91,7 @@ def test_defaults_are_auto():
     assert TrainConfig().precision == "auto"
     assert TrainConfig.preset("multi30k").precision == "auto"
     assert TranslationRecipe().train.precision == "auto"
-    # the copy model is the same on every machine (chapter 7 decodes it)
+    # the copy model is the same on every machine (chapter 9 decodes it)
     assert TrainConfig.preset("copy").precision == "fp32"
     assert TrainConfig.preset("copy_quick").precision == "fp32"
     import inspect

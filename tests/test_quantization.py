@@ -1,4 +1,4 @@
-"""Chapter 7a: int8 and bfloat16 copies of a model for decoding, and their use by the
+"""Chapter 9a: int8 and bfloat16 copies of a model for decoding, and their use by the
 translator and the command line.
 
 The int8 copy must hold no float matrix, keep the model's invariants (padding ignored,

@@ -1,6 +1,6 @@
 """A training run killed with SIGKILL and resumed ends exactly where an unbroken run ends.
 
-Both runs train the copy task (chapter 6c) with tests/train_copy.py in a subprocess on the
+Both runs train the copy task (chapter 7c) with tests/train_copy.py in a subprocess on the
 CPU with the same seed.
 One runs to the end; the other is killed mid-way (after a checkpoint, before the next)
 with SIGKILL, which leaves it no chance to clean up, and is then started again with the

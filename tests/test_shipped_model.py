@@ -50,7 +50,7 @@ def test_card_bleu_is_what_the_committed_files_score(test_set):
 
 
 def test_int8_within_0_3_bleu_of_fp32(test_set):
-    """Chapter 7a's int8 copy, through the translator: BLEU within 0.3 of float32 on the
+    """Chapter 9a's int8 copy, through the translator: BLEU within 0.3 of float32 on the
     whole test set, and the copy made once."""
     translator, src, ref, fp32 = test_set
     fp32 = corpus_bleu(fp32, ref)[0].score

@@ -1,4 +1,4 @@
-"""Chapter 7b: decoding on a static-shape cache gives chapter 7's tokens, compiled or not."""
+"""Chapter 9b: decoding on a static-shape cache gives chapter 9's tokens, compiled or not."""
 import sys
 import warnings
 

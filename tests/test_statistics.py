@@ -1,5 +1,5 @@
-"""Chapters 11 and 12's statistics: paired bootstrap of BLEU, Student's t, Holm; the
-probes of chapter 11, Voita's argmax share, and the held warm-up of part 6a."""
+"""Chapters 13 and 14's statistics: paired bootstrap of BLEU, Student's t, Holm; the
+probes of chapter 13, Voita's argmax share, and the held warm-up of chapter 7."""
 import math
 
 import pytest

@@ -3,7 +3,7 @@ global batch, and a run started under torchrun resumes under torchrun.
 
 Two CPU processes on gloo (`torchrun --standalone --nproc_per_node=2 -m annotated_transformer
 train`) with one micro-batch each per update, against one process with two accumulated
-micro-batches per update: the same micro-batches, so the same update (chapter 6's `train`
+micro-batches per update: the same micro-batches, so the same update (part 7c's `train`
 gives rank r the r-th micro-batches of every update). Dropout is off everywhere, since each
 process would draw its own masks. Both runs share one tokenizer: the single process trains
 it, and it is copied into the other run's directory, which `train_translation` then reuses.

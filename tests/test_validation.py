@@ -1,4 +1,4 @@
-"""Clear errors from the model, training and data modules (chapters 5, 6 and 8).
+"""Clear errors from the model, training and data modules (chapters 5, 7 and 10, part 7c).
 
 A missing optional extra names the pip command that installs it; a public function given
 a number it cannot use says which argument, what it got and what it allows; a broken
@@ -121,7 +121,7 @@ def test_load_tokenizer_without_sentencepiece(tmp_path, monkeypatch):
     assert str(e.value) == hint("sentencepiece", "data")
 
 
-# --- numbers a user could get wrong (training, chapter 6) -----------------------------
+# --- numbers a user could get wrong (training: chapters 6 and 7, parts 7b and 7c) -----
 
 def tiny_model():
     torch.manual_seed(0)
@@ -265,7 +265,7 @@ def test_checkpoint_step_refuses_other_names():
         "got 'runs/x/step_12.tmp'")
 
 
-# --- numbers and names a user could get wrong (data, chapter 8) -----------------------
+# --- numbers and names a user could get wrong (data, chapter 10) -----------------------
 
 COLUMNS = {"en": ["a dog runs", "two men talk"],
            "de": ["ein Hund rennt", "zwei Männer"]}

@@ -1,11 +1,11 @@
-"""The tests' own driver: train the copy task (chapter 6) in one process or under torchrun.
+"""The tests' own driver: train the copy task (chapter 8) in one process or under torchrun.
 
     python tests/train_copy.py --run-dir RUN --steps 60
     torchrun --standalone --nproc_per_node=2 tests/train_copy.py --run-dir RUN
 
 test_resume.py and test_ddp.py run it; it is not part of the package. A script of the
-same shape is shown in chapter 6c, and the package's own command line is
-`python -m annotated_transformer train` (chapter 9).
+same shape is shown in chapter 7c, and the package's own command line is
+`python -m annotated_transformer train` (part 11h).
 """
 import argparse
 

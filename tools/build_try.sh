@@ -4,7 +4,7 @@
 #   - onnxruntime-web and sentencepiece for the browser, from npm at the versions pinned in
 #     web/package-lock.json (`npm ci`); sentencepiece's package is written for bundlers, so
 #     esbuild (pinned there too) bundles it into one browser module;
-#   - the shipped model, exported to ONNX by the package's own command (part 9d).
+#   - the shipped model, exported to ONNX by the package's own command (part 11e).
 # Usage: tools/build_try.sh [SITE]   (default: book/_build/html)
 set -euo pipefail
 SITE=${1:-book/_build/html}

@@ -7,7 +7,7 @@ A numeral in a markdown cell (or a markdown page of the book) passes if it is
   separators and the sign's form aside: ``1,200`` matches ``1200``, ``−2`` matches ``-2``);
 - inside math (``$...$``, ``$$...$$``) or code (backticks, fenced blocks);
 - part of a reference: a section, equation, table, figure, row, chapter, part, page or
-  exercise number (``§3.2.1``, ``Table 3``, ``chapters 10–12``), a chapter number in a
+  exercise number (``§3.2.1``, ``Table 3``, ``chapters 12–14``), a chapter number in a
   heading or in a link's text, a numbered list's marker;
 - a year (1900-2099) or inside a citation (an author and year, an arXiv number);
 - a bare 0 or 1 (mean 0, variance 1, "below 1": the identities of arithmetic, not results);

@@ -75,7 +75,7 @@ if [ -d "$DATA" ]; then
   hub=$tmp/hub_multi30k
   "$VENV/bin/python" tests/make_hub_standin.py "$DATA" "$hub" >/dev/null
 else
-  echo "no Multi30k files at $DATA: chapters 8 and 9 will reach for the real Hub"
+  echo "no Multi30k files at $DATA: chapters 10 and 11 will reach for the real Hub"
 fi
 
 # the repository as github.com serves it: its branches and tags, in a bare mirror

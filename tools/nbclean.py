@@ -27,7 +27,7 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 
 
 # Once a release is on the package index, install cells pin it there (`name[extras]==version`);
-# until then they install the repository at `SOURCE_REF` (part 9a): `main` between releases,
+# until then they install the repository at `SOURCE_REF` (part 11a): `main` between releases,
 # the release's tag in a release commit.
 ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"

@@ -35,7 +35,7 @@ metrics:
 ---
 # multi30k_en_de: the book's English→German Transformer
 
-The model that chapter 9 of *The Annotated Transformer, tested* trains: a Post-LN
+The model that part 11c of *The Annotated Transformer, tested* trains: a Post-LN
 encoder–decoder Transformer (Vaswani et al., 2017) of {n_layers}+{n_layers} layers,
 d_model {d_model}, d_ff {d_ff}, {n_heads} heads, {params:,} parameters, one shared
 sentencepiece BPE vocabulary of {vocab:,} pieces, tied embeddings and output layer.
@@ -65,7 +65,7 @@ Validation BLEU (greedy, all 1,014 sentences) of the selected average: {val_bleu
 
 - **Data:** Multi30k Task 1 English–German, the 29,000 training pairs; the 1,014 validation
   pairs choose the checkpoint average; the test set is used for the number above only.
-- **Recipe** (chapter 9c, `TranslationRecipe()` defaults): {steps:,} updates of about
+- **Recipe** (chapter 11c, `TranslationRecipe()` defaults): {steps:,} updates of about
   {max_tokens:,} tokens, Adam (0.9, 0.98, 1e-9), warm-up {warmup:,} steps to a peak rate of
   {peak:.2e} then inverse square root decay, label smoothing {eps_ls}, dropout {p_drop}
   (plus {p_attn} on attention weights and {p_ff} inside the feed-forward layers), bfloat16

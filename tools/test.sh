@@ -31,7 +31,7 @@ export PYTHONHASHSEED=0
 # region; when they share the cores with another process's, a spinning thread can hold the
 # core its partner waits for. Measured on this 2-core machine (150 copy-task training steps,
 # 2 threads, beside another 2-thread PyTorch process): 29.3 s by default, 13.4 s with a
-# short spin (alone: 7.6 and 8.6 s). Chapter 7a's training took 553 s instead of 72 in the
+# short spin (alone: 7.6 and 8.6 s). Chapter 9a's training took 553 s instead of 72 in the
 # fresh runtime. The spin changes how long threads wait, never a number they compute.
 export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 

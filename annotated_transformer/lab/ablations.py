@@ -177,7 +177,7 @@ def _curves(metrics: list[dict], points: int) -> dict:
 def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
                 points: int = 20) -> dict:
     """Train one variant `{"model": {...}, "train": {...}, "d_k", "cap", "bleu"}`
-    with `train` (chapter 6c) into `run_dir`; returns its scores, sizes and times."""
+    with `train` (chapter 7c) into `run_dir`; returns its scores, sizes and times."""
     # float32 on every machine: the stored sweep was trained in it ("auto" would not be)
     model_cfg = TransformerConfig(**v["model"])
     train_cfg = TrainConfig(**{"precision": "fp32", **v["train"]})

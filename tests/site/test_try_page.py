@@ -3,9 +3,9 @@
 Headless Chromium (Debian's, driven by Playwright) opens the built site from an HTTP server on
 127.0.0.1 and types 20 sentences of test_2016_flickr into the page, once with each search. The page
 must give, piece for piece, what Python gives: the source pieces of the Python tokenizer;
-with greedy search, the output ids of Python's onnxruntime running the same graphs (part 9d's
+with greedy search, the output ids of Python's onnxruntime running the same graphs (part 11e's
 `OnnxTranslator` search) and the text of our PyTorch `Translator`; with beam search, the ids
-of chapter 7's `beam_search` on our PyTorch model and the text of `Translator` (beam 4, α =
+of chapter 9's `beam_search` on our PyTorch model and the text of `Translator` (beam 4, α =
 0.6). It must ask no other host, log no error, draw
 each layer's and head's cross-attention as the step graph computes it, stop at the length
 limit and cut a long source as Python does, and say so in one line when a file cannot be

@@ -1,4 +1,4 @@
-// The "Try it" page: the shipped English→German model, exported to ONNX by part 9d, run in the
+// The "Try it" page: the shipped English→German model, exported to ONNX by part 11e, run in the
 // browser by onnxruntime-web (WebAssembly), with sentencepiece compiled to WebAssembly.
 // tools/build_try.sh puts ort/, sentencepiece.mjs and model/ beside this file in the built site;
 // they are imported in load(), so that a file that fails to load is reported on the page.
@@ -17,7 +17,7 @@ function say(text, state) {
 
 const reason = (e) => String(e?.message ?? e);   // onnxruntime-web may throw a plain string
 
-// Chapter 8's normalize_line: NFKC, zero-width spaces dropped, each run of whitespace (as
+// Chapter 10's normalize_line: NFKC, zero-width spaces dropped, each run of whitespace (as
 // Python's str.split sees it) one space, the ends stripped.
 const WHITESPACE =
   /[\t\n\v\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
@@ -90,7 +90,7 @@ async function load() {
   return model;
 }
 
-// Part 9d's graphs, for R rows at a time (one sentence: 1 row greedy, K rows in a beam).
+// Part 11e's graphs, for R rows at a time (one sentence: 1 row greedy, K rows in a beam).
 async function encode(model, src) {
   const c = model.config, S = src.length;
   const enc = await model.encoder.run(
@@ -104,7 +104,7 @@ function repeatRows(t, R) {   // (1, ...) → (R, ...)
   return new ort.Tensor(t.type, data, [R, ...t.dims.slice(1)]);
 }
 
-function pickRows(t, rows) {  // (R, ...) → (rows.length, ...), as chapter 7's reorder_cache
+function pickRows(t, rows) {  // (R, ...) → (rows.length, ...), as part 9c's reorder_cache
   const n = t.data.length / t.dims[0], data = new t.data.constructor(n * rows.length);
   rows.forEach((r, k) => data.set(t.data.subarray(r * n, (r + 1) * n), k * n));
   return new ort.Tensor(t.type, data, [rows.length, ...t.dims.slice(1)]);
@@ -117,7 +117,7 @@ function emptyCache(model, R) {
 }
 
 // One decoder step for R rows: log-probabilities (R·V, padding and BOS set to -∞ as in
-// chapter 7's _restrict), the grown caches, and each layer's attention (R·h·S).
+// part 9c's forbid_tokens), the grown caches, and each layer's attention (R·h·S).
 async function step(model, tokens, mask, past, cross) {
   const c = model.config, names = c.graphs.decoder_step, L = c.model.n_layers;
   const values = [new ort.Tensor("int64", BigInt64Array.from(tokens, BigInt), [tokens.length, 1]),
@@ -131,7 +131,7 @@ async function step(model, tokens, mask, past, cross) {
            attn: names.outputs.slice(1 + 2 * L).map((n) => res[n].data) };
 }
 
-// Greedy search, as part 9d's _onnx_greedy for one sentence: the first best id on a tie.
+// Greedy search, as part 11e's _onnx_greedy for one sentence: the first best id on a tie.
 async function greedy(model, src) {
   const c = model.config, S = src.length;
   const cross = await encode(model, src);
@@ -150,13 +150,13 @@ async function greedy(model, src) {
   return { out, attn };
 }
 
-// GNMT's length penalty (Wu et al., 2016), chapter 7's length_penalty.
+// GNMT's length penalty (Wu et al., 2016), chapter 9's length_penalty.
 const penalty = (length, alpha) => ((5 + length) / 6) ** alpha;
-// Chapter 7 keeps scores in float32: sums and quotients are rounded to float32 here too (the
+// Chapter 9 keeps scores in float32: sums and quotients are rounded to float32 here too (the
 // penalty itself is computed in double, which can move a score by one float32 step at most).
 const f32 = Math.fround;
 
-// Beam search of §6.1, as chapter 7's beam_search for one sentence: each step keeps the best
+// Beam search of §6.1, as chapter 9's beam_search for one sentence: each step keeps the best
 // 2K extensions of the K beams; those of the best K that end (EOS, or the length limit) join
 // the finished ones, scored log P / lp; the best K that do not end form the next beams; the
 // search stops when no live beam can beat the best finished hypothesis.
