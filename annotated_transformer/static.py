@@ -17,7 +17,7 @@ from .embeddings import PositionalEncoding
 from .model import Transformer
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_A, MAX_LEN_B, beam_candidates, best_reachable,
-    extend_beams, forbid_tokens, merge_finished, prepare_decoding)
+    extend_beams, forbid_tokens, greedy_loop, merge_finished, prepare_decoding)
 
 # %% ../nbs/07b_static.ipynb #f0315a06
 def bucket(n: int, smallest: int = 16) -> int:
@@ -116,28 +116,22 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
                          max_len_b: int = MAX_LEN_B, min_len: int = 0,
                          src_mask: Tensor | None = None,
                          step=static_step) -> tuple[Tensor, Tensor]:
-    """`greedy_decode` (chapter 9) on a `StaticCache`: the same ids `(batch, steps)`
-    and summed log-probabilities `(batch,)`, one `step` call per token."""
+    """`greedy_decode` (chapter 9; the length limit of §6.1) on a `StaticCache`: the
+    same ids `(batch, steps)` and summed log-probabilities `(batch,)`, one `step` call
+    per token."""
     with eval_mode(model):
         memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
                                                    max_len_b)
-        batch, pad, dev = src.size(0), model.config.pad_id, src.device
-        steps = int(limit.max())
-        cache = StaticCache(model, batch, bucket(steps), bucket(src.size(1)))
+        cache = StaticCache(model, src.size(0), bucket(int(limit.max())),
+                            bucket(src.size(1)))
         cache.fill_source(model, memory, src_mask)
-        tokens = torch.full((batch, 1), bos_id, device=dev)      # (batch, step)
-        scores = torch.zeros(batch, device=dev)
-        done = torch.zeros(batch, dtype=torch.bool, device=dev)
-        for s in range(1, steps + 1):
-            logp = step(model, _last(tokens), torch.tensor([s - 1], device=dev), cache)
-            logp = forbid_tokens(logp, s, model, bos_id, eos_id, min_len)
-            best_logp, best = logp.max(dim=-1)                    # (batch,)
-            scores += best_logp.masked_fill(done, 0.0)
-            tokens = torch.cat([tokens, best.masked_fill(done, pad)[:, None]], dim=1)
-            done |= (best == eos_id) | (s >= limit)
-            if done.all():
-                break
-        return tokens[:, 1:], scores
+
+        def next_logp(tokens: Tensor) -> Tensor:    # (rows, step) -> (rows, V)
+            t = torch.tensor([tokens.size(1) - 1], device=src.device)   # last position
+            return step(model, _last(tokens), t, cache)
+
+        return greedy_loop(model, next_logp, limit=limit, bos_id=bos_id,
+                           eos_id=eos_id, min_len=min_len)
 
 # %% ../nbs/07b_static.ipynb #c7481741
 @torch.no_grad()
