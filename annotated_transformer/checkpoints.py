@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', 'checkpoint_dir', 'checkpoint_step',
            'list_checkpoints', 'state_from_json', 'replace_durably', 'CheckpointWriteError', 'save_checkpoint',
-           'load_checkpoint', 'average_checkpoints']
+           'load_checkpoint', 'read_state', 'average_checkpoints']
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
 import errno
@@ -252,6 +252,20 @@ def load_checkpoint(path, model: nn.Module, optimizer=None, scheduler=None, scal
     if rank < len(trainer["rng"]):
         set_rng_state(trainer["rng"][rank])
     return trainer["state"]
+
+# %% ../nbs/06b_checkpoints.ipynb #65433925
+def read_state(path) -> dict:
+    """The `state` that `save_checkpoint` stored in the checkpoint folder `path`, read
+    from TRAINER_FILE's header (page 0a) without loading a tensor."""
+    file = Path(path) / TRAINER_FILE
+    if not file.is_file():
+        raise CheckpointError(f"{file}: no such file")
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            items = dict(json.loads((f.metadata() or {})["trainer"])["items"])
+        return state_from_json(items["state"], {})
+    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{file}: no readable trainer state ({e!r})") from None
 
 # %% ../nbs/06b_checkpoints.ipynb #bc012104
 def average_checkpoints(paths) -> dict[str, Tensor]:

@@ -17,13 +17,14 @@ import importlib.metadata
 
 import torch
 
-from .utils import (PRECISIONS, available_devices,
-                                         resolve_precision, warn_if_emulated)
+from .utils import available_devices
+from .precision import PRECISIONS, warn_if_emulated
 from .distributed import teardown
 from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (BATCH_SIZE, TRANSLATE_PRECISIONS,
-                                              Translator, corpus_bleu)
+                                              Translator, corpus_bleu,
+                                              decoding_precision)
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
@@ -225,9 +226,7 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
 def _precision(asked: str, translator: Translator) -> str:
     "The concrete precision on the model's device: said once on stderr if chosen."
     device = next(translator.model.parameters()).device
-    if asked == "int8":                          # asked for by name: nothing to say
-        return asked
-    precision, why = resolve_precision(asked, device)
+    precision, why = decoding_precision(asked, device)
     if asked == "auto":
         say(why)
     with warnings.catch_warnings(record=True) as caught:

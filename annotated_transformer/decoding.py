@@ -40,10 +40,9 @@ MAX_LEN_B = 50      # §6.1's "input length + 50"
 # %% ../nbs/07_decoding.ipynb #aab53b7c
 def greedy_loop(model: nn.Module, next_logp, *, limit: Tensor, bos_id: int, eos_id: int,
                 min_len: int) -> tuple[Tensor, Tensor]:
-    """Greedy search from BOS: at each step the most probable token by
-    `next_logp(tokens)`, the log-probabilities `(batch, vocab)` after the prefixes
-    `tokens` `(batch, step)`, until EOS or each sentence's `limit` `(batch,)` (§6.1).
-    Returns ids and summed log-probabilities, as `greedy_decode` does."""
+    """Greedy search (§6.1): the most probable next token by `next_logp(tokens)`, the
+    log-probabilities `(batch, vocab)` after `tokens` `(batch, step)`, until EOS or
+    `limit` `(batch,)`; ids and summed log-probabilities, as `greedy_decode` gives."""
     batch, pad, dev = limit.size(0), model.config.pad_id, limit.device
     tokens = torch.full((batch, 1), bos_id, device=dev)           # (batch, step)
     scores = torch.zeros(batch, device=dev)              # float32 whatever the model
@@ -65,16 +64,14 @@ def greedy_decode(model: nn.Module, src: Tensor, *, bos_id: int = BOS_ID,
                   max_len_b: int = MAX_LEN_B, min_len: int = 0,
                   src_mask: Tensor | None = None,
                   use_cache: bool = True) -> tuple[Tensor, Tensor]:
-    """Greedy decoding of sources `(batch, src_len)`, at most `max_len_a * src_len +
-    max_len_b` tokens each (§6.1): ids `(batch, steps)` (no BOS; EOS kept; padding
-    after it) and summed log-probabilities `(batch,)`. `use_cache=False` recomputes
-    the prefix at every step."""
+    """Greedy decoding of `src` `(batch, src_len)` (§6.1): ids `(batch, steps)` (no BOS;
+    EOS kept; padding after it) and summed log-probabilities `(batch,)`."""
     with eval_mode(model):
         memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
                                                    max_len_b)
         cache = model.init_cache() if use_cache else None
-        next_logp = lambda tokens: decode_step(model, memory, src_mask, tokens, cache)
-        return greedy_loop(model, next_logp, limit=limit, bos_id=bos_id, eos_id=eos_id,
+        step = lambda tokens: decode_step(model, memory, src_mask, tokens, cache)
+        return greedy_loop(model, step, limit=limit, bos_id=bos_id, eos_id=eos_id,
                            min_len=min_len)
 
 # %% ../nbs/07_decoding.ipynb #9c2943d9

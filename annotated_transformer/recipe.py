@@ -15,7 +15,8 @@ from tqdm import tqdm
 
 from .formats import (CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE,
                                            TOKENIZER_FILE)
-from .utils import default_device, hardware, resolve_precision
+from .utils import default_device, hardware
+from .precision import run_precision
 from .distributed import barrier, init_distributed, teardown, world
 from .model import TransformerConfig, make_model
 from .batching import fits
@@ -159,17 +160,14 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
               device) -> tuple[TranslationRecipe, str]:
     """Fix the run's precision and check a run already in `model_dir` against `r`
     (every rank); rank 0 records `r`. A new run resolves `r.train.precision` ("auto":
-    chapter 0), a resumed one keeps what its recipe.json recorded. Returns the recipe
+    page 0c), a resumed one keeps what its recipe.json recorded. Returns the recipe
     with that concrete precision, and why it is that one."""
     model_dir.mkdir(parents=True, exist_ok=True)
     saved = model_dir / RECIPE_FILE
     kept = json.loads(saved.read_text()).get("train", {}).get("precision") \
         if saved.exists() else None
-    if r.train.precision == "auto" and kept in ("fp32", "bf16", "fp16"):
-        precision = kept
-        why = f"precision {kept}, kept from the run in {model_dir}"
-    else:
-        precision, why = resolve_precision(r.train.precision, device)
+    precision, why = run_precision(r.train.precision, device, kept=kept,
+                                   where=f"the run in {model_dir}")
     r = replace(r, train=replace(r.train, precision=precision))
     if saved.exists():
         _check_resume(saved, r, list_checkpoints(model_dir / CHECKPOINTS_DIR))
@@ -236,7 +234,7 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
     """Train `recipe` on Multi30k (`data`: a folder of its text files, see
     `load_multi30k`) into `model_dir`, resuming a run there; returns the `Translator`
     selected on the validation set. Runs as it is under torchrun. The precision is
-    resolved once, at the start ("auto": chapter 0), and kept by a resumed run."""
+    resolved once, at the start ("auto": page 0c), and kept by a resumed run."""
     started = time.perf_counter()             # the budget counts data preparation too
     r, model_dir, run_dir = recipe, Path(model_dir), Path(model_dir) / CHECKPOINTS_DIR
     joined = not torch.distributed.is_initialized()     # else torchrun's caller did

@@ -16,22 +16,21 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from safetensors import safe_open
 from tqdm import tqdm
 
-from .formats import (BOS_ID, EOS_ID, METRICS_FILE,
-                                           TRAINER_FILE)
-from .utils import (PRECISIONS, check_number,
-                                         resolve_precision, warn_if_emulated)
+from .formats import BOS_ID, EOS_ID, METRICS_FILE
+from .utils import check_number
+from .precision import (check_precision, grad_scaler,
+                                             run_precision, warn_if_emulated)
 from .distributed import (barrier, gather_rng_states,
                                                rank0_decides, world)
 from .batching import (TokenBatchSampler, fixed_batches,
                                             make_batch, pair_lengths)
-from .training import (EPS_LS, evaluate, grad_scaler,
-                                            make_optimizer, train_step)
+from .training import (EPS_LS, evaluate, make_optimizer,
+                                            train_step)
 from .checkpoints import (checkpoint_dir, checkpoint_step,
                                                list_checkpoints, load_checkpoint,
-                                               save_checkpoint, state_from_json)
+                                               read_state, save_checkpoint)
 
 # %% ../nbs/06c_trainer.ipynb #4e92bc35
 def _check_settings(c) -> None:
@@ -43,9 +42,7 @@ def _check_settings(c) -> None:
     check_number("eps_ls", c.eps_ls, 0, 1)
     if c.clip_norm is not None:
         check_number("clip_norm", c.clip_norm, 0, low_open=True)
-    if c.precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'auto', 'fp32', 'bf16' or 'fp16', "
-                         f"got {c.precision!r}")
+    check_precision(c.precision)
     for name in ("bos_id", "eos_id"):
         check_number(name, getattr(c, name), 0)
 
@@ -169,31 +166,16 @@ def _micro_batches(stream, pairs, c: TrainConfig, state: dict, pad_id: int, devi
             for _, _, idx in mine]
 
 # %% ../nbs/06c_trainer.ipynb #074e1230
-def _saved_precision(checkpoint: Path) -> str | None:
-    "The concrete precision a checkpoint's run computed in (None: not recorded)."
-    try:
-        with safe_open(str(checkpoint / TRAINER_FILE), framework="pt") as f:
-            items = dict(json.loads((f.metadata() or {})["trainer"])["items"])
-        saved = state_from_json(items["state"], {})["config"]["precision"]
-    except Exception:                    # load_checkpoint says what is wrong with it
-        return None
-    return saved if saved in PRECISIONS[1:] else None
-
-
 def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str | None]:
     """The run's concrete precision, and a line to print when it was not named: a
     resumed run keeps the one its checkpoints record (exact resume), a new run resolves
     `c.precision`; bf16 where it is emulated warns."""
-    saved = _saved_precision(found[-1]) if found else None
-    if saved and c.precision == "auto":
-        precision = saved
-        why = f"precision {saved}, kept from the run resumed ({found[-1].name})"
-    else:
-        precision, why = resolve_precision(c.precision, device)
-        why = why if c.precision == "auto" else None
+    kept = read_state(found[-1]).get("config", {}).get("precision") if found else None
+    where = f"the run resumed ({found[-1].name})" if found else ""
+    precision, why = run_precision(c.precision, device, kept=kept, where=where)
     if world()[0] == 0:
         warn_if_emulated(precision, device, stacklevel=4)
-    return precision, why
+    return precision, why if c.precision == "auto" else None
 
 # %% ../nbs/06c_trainer.ipynb #bd040a0f
 def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
@@ -333,7 +315,7 @@ def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
     metrics. With `run_dir`: log, checkpoint and resume there, calling
     `on_checkpoint(step, path)` after each checkpoint (`True`: stop). DDP under
     torch.distributed (page 0b); the precision is resolved once at the start
-    ("auto": chapter 0) or kept on resuming. After SIGTERM or SIGINT: the update
+    ("auto": page 0c) or kept on resuming. After SIGTERM or SIGINT: the update
     ends, a checkpoint is written, and `TrainingInterrupted` is raised."""
     _check_train_args(train_pairs, run_dir, on_checkpoint)
     rank, device = world()[0], next(model.parameters()).device

@@ -27,7 +27,7 @@ from annotated_transformer.utils import default_device
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.batching import make_batch
 from annotated_transformer.training import make_optimizer, train_step
-from annotated_transformer.utils import bf16_slowdown, native_bf16, resolve_precision
+from annotated_transformer.precision import bf16_slowdown, native_bf16, resolve_precision
 
 CONFIGS = {  # name: (n_layers, d_model, d_ff, n_heads, max_tokens per side, measured steps)
     "small": (3, 256, 1024, 4, 2048, 12),

@@ -108,7 +108,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     from annotated_transformer.ct2 import export_ctranslate2
     from annotated_transformer.translator import Translator
-    from annotated_transformer.utils import hardware, native_bf16
+    from annotated_transformer.precision import native_bf16
+    from annotated_transformer.utils import hardware
     torch.set_num_threads(a.threads)
     sources = Path(a.data, "test_2016_flickr.en").read_text().splitlines()
     sources = sources[:a.sentences or None]

@@ -311,7 +311,7 @@ def test_evaluate_json(model_dir, multi30k, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)
     assert result["lines"] == 4 and result["seconds"] >= 0
     assert result["beam_size"] == 2 and result["alpha"] == 0.6
-    from annotated_transformer.utils import resolve_precision        # auto, resolved
+    from annotated_transformer.precision import resolve_precision    # auto, resolved
     assert result["precision"] == resolve_precision("auto", result["device"])[0]
     assert result["device"].startswith(("cpu", "cuda"))
 

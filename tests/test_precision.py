@@ -1,4 +1,4 @@
-"""precision="auto" (chapter 0's `resolve_precision`): bf16 only where the device computes it
+"""precision="auto" (page 0c's `resolve_precision`): bf16 only where the device computes it
 natively, fp32 elsewhere; the default of training, translation and the command line; a resumed
 run keeps the precision it started with; bf16 asked for where it is emulated warns.
 
@@ -7,6 +7,7 @@ bfloat16 instructions: the subprocess test checks the rule there, whatever this 
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -16,20 +17,21 @@ import pytest
 import torch
 
 from annotated_transformer import recipe as recipe_mod
-from annotated_transformer import trainer, utils
-from annotated_transformer.checkpoints import list_checkpoints
+from annotated_transformer import precision as precision_mod
+from annotated_transformer import trainer
+from annotated_transformer.checkpoints import CheckpointError, list_checkpoints, read_state
 from annotated_transformer.cli import _parser
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.recipe import TranslationRecipe, _open_run, select_average
-from annotated_transformer.trainer import TrainConfig, _saved_precision, train
+from annotated_transformer.trainer import TrainConfig, train
 from annotated_transformer.lab.copying import copy_task
-from annotated_transformer.utils import native_bf16, resolve_precision, warn_if_emulated
+from annotated_transformer.precision import native_bf16, resolve_precision, warn_if_emulated
 
 
 def pretend_cpu(monkeypatch, capability: str, units: list[str]) -> None:
     "Make the rule see another CPU: PyTorch's kernel level and the bf16 instructions."
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-    monkeypatch.setattr(utils, "_cpu_bf16_units", lambda: units)
+    monkeypatch.setattr(precision_mod, "_cpu_bf16_units", lambda: units)
 
 
 def test_rule_on_this_machine():
@@ -62,7 +64,7 @@ def test_rule_under_avx2_kernels():
     """A fresh process with PyTorch's AVX2 kernels (what the tests use to stand for a CPU
     without bf16): auto is fp32, and bf16 by name warns with a measured slowdown."""
     code = ("import warnings, json\n"
-            "from annotated_transformer.utils import resolve_precision, warn_if_emulated\n"
+            "from annotated_transformer.precision import resolve_precision, warn_if_emulated\n"
             "with warnings.catch_warnings(record=True) as w:\n"
             "    warnings.simplefilter('always')\n"
             "    warned = warn_if_emulated('bf16', 'cpu')\n"
@@ -114,6 +116,11 @@ def test_cli_default_is_auto():
         p.parse_args(["translate", "--model-dir", "m", "--precision", "fp8"])
 
 
+def saved_precision(checkpoint) -> str:
+    "The concrete precision a checkpoint's run computed in, as its state records it."
+    return read_state(checkpoint)["config"]["precision"]
+
+
 def tiny_model():
     torch.manual_seed(0)
     return make_model(16, 16, TransformerConfig.preset("copy", n_layers=1, d_model=16,
@@ -127,8 +134,8 @@ def test_resume_keeps_the_stored_precision(tmp_path, monkeypatch):
     config = TrainConfig(steps=4, max_tokens=128, warmup=2, log_every=2, save_every=2,
                          precision="fp32", progress=False)
     train(tiny_model(), data, replace(config, steps=2), run_dir=tmp_path / "run")
-    assert _saved_precision(list_checkpoints(tmp_path / "run")[-1]) == "fp32"
-    monkeypatch.setattr(trainer, "resolve_precision",
+    assert saved_precision(list_checkpoints(tmp_path / "run")[-1]) == "fp32"
+    monkeypatch.setattr(precision_mod, "resolve_precision",
                         lambda p, d: ("bf16", "precision auto -> bf16: pretend")
                         if p == "auto" else (p, f"precision {p}, as asked"))
     auto = replace(config, precision="auto")
@@ -137,9 +144,9 @@ def test_resume_keeps_the_stored_precision(tmp_path, monkeypatch):
     assert precision == "fp32" and "kept from the run resumed" in why
     train(tiny_model(), data, auto, run_dir=tmp_path / "run")
     done = list_checkpoints(tmp_path / "run")
-    assert done[-1].name == "step_00000004" and _saved_precision(done[-1]) == "fp32"
+    assert done[-1].name == "step_00000004" and saved_precision(done[-1]) == "fp32"
     train(tiny_model(), data, replace(auto, steps=2), run_dir=tmp_path / "fresh")
-    assert _saved_precision(list_checkpoints(tmp_path / "fresh")[-1]) == "bf16"
+    assert saved_precision(list_checkpoints(tmp_path / "fresh")[-1]) == "bf16"
 
 
 def test_recipe_run_records_and_keeps_its_precision(tmp_path):
@@ -163,9 +170,9 @@ def test_recipe_run_records_and_keeps_its_precision(tmp_path):
 
 
 def test_emulated_bf16_warns(monkeypatch):
-    monkeypatch.setattr(utils, "_bf16_support",
+    monkeypatch.setattr(precision_mod, "_bf16_support",
                         lambda device: (False, "this CPU has no native bf16 (pretend)"))
-    monkeypatch.setattr(utils, "_WARNED", set())
+    monkeypatch.setattr(precision_mod, "_WARNED", set())
     with pytest.warns(UserWarning, match=r"bf16 is emulated here \(this CPU has no "
                                          r"native bf16 \(pretend\)\): a 256×256"):
         assert warn_if_emulated("bf16", "cpu")
@@ -173,8 +180,8 @@ def test_emulated_bf16_warns(monkeypatch):
         warnings.simplefilter("error")
         assert not warn_if_emulated("bf16", "cpu")           # once per device
         assert not warn_if_emulated("fp32", "cpu", once=False)
-    assert utils.bf16_slowdown("cpu") > 0
-    monkeypatch.setattr(utils, "_WARNED", set())
+    assert precision_mod.bf16_slowdown("cpu") > 0
+    monkeypatch.setattr(precision_mod, "_WARNED", set())
     config = TrainConfig(steps=1, max_tokens=128, warmup=2, precision="bf16",
                          progress=False)
     with pytest.warns(UserWarning, match="bf16 is emulated here"):
@@ -198,3 +205,50 @@ def test_select_average_breaks_ties_to_the_fewest(monkeypatch, scores, chosen):
 
     best, seen = select_average(T(), list(range(10)), list(scores), [], [], "fp32")
     assert best == chosen and seen == scores and loaded[-1] == chosen
+
+
+def test_precision_names_are_defined_once():
+    """The list of precisions lives in precision.py alone; every other module takes it
+    from there (a translator's int8 extends it)."""
+    from pathlib import Path
+    package = Path(precision_mod.__file__).parent
+    listed = re.compile(r'\(\s*"auto",\s*"fp32"|"fp32",\s*"bf16",\s*"fp16"\s*\)')
+    found = [p.name for p in sorted(package.rglob("*.py"))
+             if listed.search(p.read_text(encoding="utf-8"))]
+    assert found == ["precision.py"], found
+    from annotated_transformer.translator import TRANSLATE_PRECISIONS
+    assert set(TRANSLATE_PRECISIONS) - set(precision_mod.PRECISIONS) == {"int8"}
+    with pytest.raises(ValueError, match=r"^precision must be 'auto', 'fp32', 'bf16' or "
+                                         r"'fp16', got 'fp8'$"):
+        precision_mod.check_precision("fp8")
+    with pytest.raises(ValueError, match=r"^precision must be 'fp32', 'bf16' or 'fp16', "
+                                         r"got 'auto'$"):
+        precision_mod.precision_context("cpu", "auto")
+
+
+def test_read_state_names_the_file(tmp_path):
+    """A trainer state file that is missing, or not safetensors, or without the trainer
+    entry, is one CheckpointError that starts with the file's path."""
+    data = copy_task(20)
+    config = TrainConfig(steps=1, max_tokens=128, warmup=2, precision="fp32",
+                         progress=False)
+    train(tiny_model(), data, config, run_dir=tmp_path / "run")
+    checkpoint = list_checkpoints(tmp_path / "run")[-1]
+    state = read_state(checkpoint)
+    assert state["step"] == 1 and state["config"]["precision"] == "fp32"
+    from annotated_transformer.formats import TRAINER_FILE
+    from safetensors.torch import save_file
+    file = checkpoint / TRAINER_FILE
+    for damage in ("missing", "not safetensors", "no trainer entry"):
+        if damage == "missing":
+            file.unlink()
+        elif damage == "not safetensors":
+            file.write_bytes(b"not a safetensors file")
+        else:
+            save_file({"x": torch.zeros(1)}, str(file), metadata={"other": "{}"})
+        with pytest.raises(CheckpointError) as caught:
+            read_state(checkpoint)
+        assert str(caught.value).startswith(f"{file}: "), damage
+        assert "\n" not in str(caught.value)
+    with pytest.raises(CheckpointError, match="trainer state"):   # the loop says so too
+        train(tiny_model(), data, replace(config, steps=2), run_dir=tmp_path / "run")

@@ -13,7 +13,7 @@ from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
 from annotated_transformer.quantization import (Int8MultiHeadAttention, bf16_weights,
                                                 column_major, quantize_int8)
-from annotated_transformer.training import precision_context
+from annotated_transformer.precision import precision_context
 
 
 @pytest.fixture(scope="module")
