@@ -34,7 +34,7 @@ class _HeadProjections(nn.Module):
         "One projection into h heads: (batch, n, h·d_k) → (batch, h, n, d_k)."
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
 
-    _split = split_heads  # the former name, which other chapters still call
+    _split = split_heads  # an alias, used by parts 5b and 9b and chapter 12
 
     def _in_proj(self, x: Tensor, first: int, last: int) -> Tensor:
         "x times the blocks first..last-1 of [W^Q; W^K; W^V] (0 = W^Q), biases too."

@@ -40,8 +40,8 @@ def train_copy_model(run_dir=None, vocab_size: int = 16, retrain: bool = False,
                      **train_overrides) -> Transformer:
     """A Transformer trained on the copy task: loaded from `run_dir` if it was trained
     there with the same settings, else trained now (the time depends on the machine;
-    chapter 8 prints it). `quick`: the `copy_quick` settings, by default in
-    runs/copy_model_quick."""
+    chapter 8 prints it). `quick`: a few dozen steps only, enough to run every
+    piece but not to learn the task."""
     run_dir = Path(run_dir or ("runs/copy_model_quick" if quick else "runs/copy_model"))
     settings = TrainConfig.preset("copy_quick" if quick else "copy", progress=progress,
                                   **train_overrides)
