@@ -93,7 +93,6 @@ class Generator(nn.Linear):
 # %% ../nbs/05_model.ipynb #c5a0e007
 class Transformer(nn.Module):
     "The encoder–decoder of §3 (Figure 1); `make_model` builds and initialises it."
-
     def __init__(self, src_vocab: int, tgt_vocab: int, config: TransformerConfig):
         super().__init__()
         _check_vocabularies(src_vocab, tgt_vocab, config)
@@ -132,10 +131,6 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask=src_mask, check=False)
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
                                           tgt_mask=tgt_mask, check=False))
-
-    def init_cache(self) -> list[dict]:
-        "An empty generation cache for `decode(..., cache=)`, one entry per layer (5b)."
-        return _init_cache(self)
 
 # %% ../nbs/05_model.ipynb #cee45777
 def make_model(src_vocab: int, tgt_vocab: int,
@@ -216,6 +211,9 @@ def _target_mask(tgt: Tensor, pad_id: int, start: int = 0,
 def _init_cache(model) -> list[dict]:
     "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
     return [{"self": {}, "cross": {}} for _ in model.decoder.layers]
+
+
+Transformer.init_cache = _init_cache    # the model's method, for decode(cache=)
 
 # %% ../nbs/05b_model_details.ipynb #c7928903
 def _check_tokens(name: str, t) -> None:

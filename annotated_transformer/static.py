@@ -133,6 +133,22 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
         return greedy_loop(model, next_logp, limit=limit, bos_id=bos_id,
                            eos_id=eos_id, min_len=min_len)
 
+# %% ../nbs/07b_static.ipynb #2857865f
+def _static_beams(model: Transformer, memory: Tensor, src_mask: Tensor, K: int,
+                  steps: int, bos_id: int) -> tuple:
+    """A `StaticCache` of `batch × K` rows holding the sources' keys and values, and the
+    search's first state (§6.1): tokens, one live beam of K alike, nothing finished."""
+    B, dev, pad = memory.size(0), memory.device, model.config.pad_id
+    cache = StaticCache(model, B * K, bucket(steps), bucket(memory.size(1)))
+    cache.fill_source(model, memory.repeat_interleave(K, dim=0),
+                      src_mask.repeat_interleave(K, dim=0))
+    tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
+    live = torch.full((B, K), -math.inf, device=dev)
+    live[:, 0] = 0.0                                         # one beam of K alike
+    fin_scores = torch.full((B, K), -math.inf, device=dev)
+    fin_tokens = torch.full((B, K, steps), pad, device=dev)
+    return cache, tokens, live, fin_scores, fin_tokens
+
 # %% ../nbs/07b_static.ipynb #c7481741
 @torch.no_grad()
 def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM_SIZE,
@@ -150,14 +166,8 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
         memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
                                                    max_len_b)
         B, dev, steps = src.size(0), src.device, int(limit.max())
-        cache = StaticCache(model, B * K, bucket(steps), bucket(src.size(1)))
-        cache.fill_source(model, memory.repeat_interleave(K, dim=0),
-                          src_mask.repeat_interleave(K, dim=0))
-        tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
-        live = torch.full((B, K), -inf, device=dev)
-        live[:, 0] = 0.0                                         # one beam of K alike
-        fin_scores = torch.full((B, K), -inf, device=dev)
-        fin_tokens = torch.full((B, K, steps), pad, device=dev)
+        cache, tokens, live, fin_scores, fin_tokens = _static_beams(
+            model, memory, src_mask, K, steps, bos_id)
         out_scores, out_tokens = fin_scores.clone(), fin_tokens.clone()
         searching, every = torch.ones(B, dtype=torch.bool, device=dev), torch.arange(B)
         for s in range(1, steps + 1):

@@ -62,3 +62,19 @@ def test_a_missing_extra_module_installs_even_at_the_right_version():
     script = probe + "\nprint(_missing)\n"
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout.strip() == "['no_such_module_at_all']", out.stderr
+
+
+def test_a_code_cell_over_forty_lines_is_reported():
+    "tools/nbclean.py --check names a code cell longer than 40 lines (`#|` lines aside)."
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("nbclean", ROOT / "tools/nbclean.py")
+    nbclean = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nbclean)
+
+    def nb(n_lines):
+        source = "#| export\n" + "\n".join(f"x{i} = {i}" for i in range(n_lines))
+        return {"cells": [{"cell_type": "code", "id": "c1", "execution_count": 1,
+                           "source": source, "outputs": []}]}
+    assert not nbclean.problems("page.ipynb", nb(40))
+    found = nbclean.problems("page.ipynb", nb(41))
+    assert len(found) == 1 and "41 lines > 40" in found[0]

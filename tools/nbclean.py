@@ -23,6 +23,7 @@ from nbdev.config import get_config
 
 
 MAX_LINE = 88  # wider code scrolls sideways in the book
+MAX_CELL = 40  # lines of a code cell, `#|` lines aside: longer cells are split at a seam
 KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"}
 
 
@@ -137,6 +138,10 @@ def problems(path, nb):
         out.append(f"{path}: execution counts are {counts}, expected 1..{len(code)}: "
                    "run the notebook top to bottom (make execute NB=...)")
     for c in code:
+        shown = [l for l in "".join(c["source"]).splitlines() if not l.startswith("#|")]
+        if len(shown) > MAX_CELL:
+            out.append(f"{path}: code cell {c.get('id')} has {len(shown)} lines > {MAX_CELL} "
+                       f"(split it where it can be checked): {shown[0][:60]}...")
         for line in "".join(c["source"]).splitlines():
             if len(line) > MAX_LINE and not line.startswith("#|"):
                 out.append(f"{path}: code line of {len(line)} > {MAX_LINE} characters "
