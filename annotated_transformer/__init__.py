@@ -10,8 +10,8 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'UNK_ID', 'default_device', 'eval_mode'
            'load_checkpoint', 'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig', 'TrainingInterrupted',
            'read_metrics', 'train', 'BEAM_SIZE', 'LENGTH_ALPHA', 'beam_search', 'greedy_decode', 'length_penalty',
            'decode_ids', 'encode_text', 'load_multi30k', 'load_tokenizer', 'to_pairs', 'train_tokenizer',
-           'DownloadError', 'download_model', 'Translator', 'corpus_bleu', 'TranslationRecipe', 'train_translation',
-           'CT2Translator', 'OnnxTranslator', 'export_ctranslate2', 'export_onnx']
+           'DownloadError', 'download_model', 'Translator', 'TruncationWarning', 'corpus_bleu', 'TranslationRecipe',
+           'train_translation', 'CT2Translator', 'OnnxTranslator', 'export_ctranslate2', 'export_onnx']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
@@ -41,7 +41,7 @@ from . import static  # noqa: F401 (part 9b: its names stay in it)
 from .data import (
     decode_ids, encode_text, load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from .hub import DownloadError, download_model
-from .translator import Translator, corpus_bleu
+from .translator import Translator, TruncationWarning, corpus_bleu
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import CT2Translator, export_ctranslate2
 from .onnx import OnnxTranslator, export_onnx
@@ -62,5 +62,5 @@ _all_ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "default_device", "eval_mode",
          "LENGTH_ALPHA", "beam_search", "greedy_decode", "length_penalty", "decode_ids",
          "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
          "train_tokenizer", "DownloadError", "download_model", "Translator",
-         "corpus_bleu", "TranslationRecipe", "train_translation", "CT2Translator",
-         "OnnxTranslator", "export_ctranslate2", "export_onnx"]
+         "TruncationWarning", "corpus_bleu", "TranslationRecipe", "train_translation",
+         "CT2Translator", "OnnxTranslator", "export_ctranslate2", "export_onnx"]

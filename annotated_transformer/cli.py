@@ -191,7 +191,7 @@ def _translate(a, translator: Translator, options: dict) -> int:
     bar = sys.stderr.isatty()                 # progress bars for people, not for logs
     whole, mode = stream_fd(a.input) is None, "w"      # a file: a single batch
     for first, lines in line_batches(a.input, a.batch_size):
-        out = translate_lines(translator, lines, first, progress=bar and whole,
+        out = translate_lines(translator, lines, first=first, progress=bar and whole,
                               **options)
         write_lines(a.output, out, mode)
         mode = "a"

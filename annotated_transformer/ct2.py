@@ -140,13 +140,13 @@ class CT2Translator:
                                      compute_type=compute_type, inter_threads=1,
                                      intra_threads=threads or torch.get_num_threads())
 
-    def translate(self, sentences, beam_size: int = BEAM_SIZE,
+    def translate(self, sentences, *, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
-                  max_len_b: int = MAX_LEN_B) -> list[str]:
+                  max_len_b: int = MAX_LEN_B) -> list[str] | str:
         "As `Translator.translate` (§6.1 beam search; greedy if `beam_size=1`)."
         if isinstance(sentences, str):
-            return self.translate([sentences], beam_size, alpha, batch_size,
-                                  max_len_b)[0]
+            return self.translate([sentences], beam_size=beam_size, alpha=alpha,
+                                  batch_size=batch_size, max_len_b=max_len_b)[0]
         ids = encode_sources(self.sp, sentences, self.config["model"]["max_len"],
                              max_len_b)
         todo = [i for i, row in enumerate(ids) if row]

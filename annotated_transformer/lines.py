@@ -5,14 +5,13 @@ __all__ = ['PROG', 'say', 'read_lines', 'stream_fd', 'line_batches', 'write_line
 
 # %% ../nbs/09e_lines.ipynb #f2096294
 import os
-import re
 import select
 import stat
 import sys
 import warnings
 from pathlib import Path
 
-from .translator import BATCH_SIZE, Translator
+from .translator import BATCH_SIZE, Translator, TruncationWarning
 
 # %% ../nbs/09e_lines.ipynb #f6c53fa6
 PROG = "annotated-transformer"
@@ -93,13 +92,14 @@ def write_lines(path, lines: list[str], mode: str = "w") -> None:
             f.write(text)
 
 # %% ../nbs/09e_lines.ipynb #6df129d9
-def _renumbered(message: str, first: int) -> str:
-    "A warning about sentence i of a batch, about line first + i - 1 of the input."
-    m = re.match(r"sentence (\d+)", message)
-    return f"line {int(m[1]) + first - 1}{message[m.end():]}" if m else message
+def _renumbered(message: Warning, first: int) -> str:
+    "A warning's text; one about sentence `index` of a batch names line first + index."
+    if isinstance(message, TruncationWarning):
+        return message.about(f"line {first + message.index}")
+    return str(message)
 
 
-def translate_lines(translator: Translator, lines: list[str], first: int = 1,
+def translate_lines(translator: Translator, lines: list[str], *, first: int = 1,
                     **options) -> list[str]:
     """`translator.translate(lines, **options)`, one line at a time where a batch fails;
     messages on stderr number the lines from `first`."""
@@ -108,7 +108,7 @@ def translate_lines(translator: Translator, lines: list[str], first: int = 1,
             warnings.simplefilter("always")
             out = translator.translate(batch, **{**options, **extra})
         for w in caught:
-            say("warning: " + _renumbered(str(w.message), start))
+            say("warning: " + _renumbered(w.message, start))
         return out
 
     try:

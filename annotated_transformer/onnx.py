@@ -217,11 +217,11 @@ class OnnxTranslator:
         out = self.step.run(None, dict(zip(names, [token, src_mask, *past, *cross])))
         return out[0], out[1:1 + len(past)], out[1 + len(past):]
 
-    def translate(self, sentences, batch_size: int = BATCH_SIZE,
+    def translate(self, sentences, *, batch_size: int = BATCH_SIZE,
                   max_len_b: int = MAX_LEN_B):
         "Greedy translations of `sentences` (or of one string), in order."
         if isinstance(sentences, str):
-            return self.translate([sentences], batch_size, max_len_b)[0]
+            return _onnx_translate(self, [sentences], batch_size, max_len_b)[0]
         return _onnx_translate(self, sentences, batch_size, max_len_b)
 
 # %% ../nbs/09dd_onnx.ipynb #941f65b6

@@ -9,6 +9,8 @@ import warnings
 
 import torch
 
+from .utils import caller_stacklevel
+
 # %% ../nbs/00c_precision.ipynb #20ba8af5
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 COMPUTE_PRECISIONS = PRECISIONS[1:]              # what a run computes in and records
@@ -122,11 +124,11 @@ def bf16_slowdown(device=None, n: int = 256, repeats: int = 3) -> float:
 _WARNED = set()                               # devices warned about in this process
 
 
-def warn_if_emulated(precision: str, device=None, stacklevel: int = 2,
-                     once: bool = True) -> bool:
+def warn_if_emulated(precision: str, device=None, *, once: bool = True) -> bool:
     """Warn, with the slowdown measured now, if `precision` is bf16 and `device` has
     no native bf16 (`native_bf16`); `once`: only the first time for this device in
-    this process. True if it warned."""
+    this process. The warning points at the caller outside the package (page 0).
+    True if it warned."""
     device = _device(device)
     if precision != "bf16" or native_bf16(device) or (once and str(device) in _WARNED):
         return False
@@ -135,7 +137,7 @@ def warn_if_emulated(precision: str, device=None, stacklevel: int = 2,
     auto = resolve_precision("auto", device)[0]
     warnings.warn(f"bf16 is emulated here ({why}): a 256×256 matrix product just took "
                   f"{factor:.1f}× as long in bf16 as in fp32; precision 'auto' chooses "
-                  f"{auto} on this machine", stacklevel=stacklevel + 1)
+                  f"{auto} on this machine", stacklevel=caller_stacklevel())
     return True
 
 # %% ../nbs/00c_precision.ipynb #6153f2da

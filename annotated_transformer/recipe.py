@@ -79,7 +79,7 @@ def _val_bleu(translator, sources, references, precision, beam_size=1) -> float:
 SELECT_TOLERANCE = 0.1                   # BLEU points: closer to the best is a tie
 
 
-def select_average(translator, paths, ks, sources, references, precision="auto",
+def select_average(translator, paths, *, ks, sources, references, precision="auto",
                    progress: bool = False,
                    tolerance: float = SELECT_TOLERANCE) -> tuple[int, dict]:
     """Checkpoint averaging (§6.1) chosen on held-out data: average the last k of the
@@ -212,8 +212,9 @@ def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: 
     "Rank 0: choose the checkpoint average, write the model directory with notes."
     run_dir, n = model_dir / CHECKPOINTS_DIR, r.select_sentences
     done = list_checkpoints(run_dir)
-    best, results = select_average(translator, done, r.average, val[0][:n],
-                                   val[1][:n], r.train.precision, progress)
+    best, results = select_average(translator, done, ks=r.average, sources=val[0][:n],
+                                   references=val[1][:n], precision=r.train.precision,
+                                   progress=progress)
     total, step = (time.perf_counter() - t0) / 60, checkpoint_step(done[-1])
     log_metrics(run_dir / METRICS_FILE, {"step": step, "selection": results,
                                          "selected": best, "wall": total * 60})
@@ -254,8 +255,9 @@ def train_translation(recipe: TranslationRecipe, model_dir, data=None,
         spent = r.max_minutes and (time.perf_counter() - t0) / 60 >= r.max_minutes
         if not (spent and done):
             hook = _OnCheckpoint(r, translator, val, log, t0, progress)
-            train(translator.model, train_pairs, replace(r.train, progress=progress),
-                  valid_pairs, run_dir, on_checkpoint=hook)
+            train(translator.model, train_pairs,
+                  config=replace(r.train, progress=progress), valid_pairs=valid_pairs,
+                  run_dir=run_dir, on_checkpoint=hook)
         if world()[0] == 0:
             _finish(translator, r, model_dir, val, t0,
                     (time.perf_counter() - t0) / 60, progress, why)

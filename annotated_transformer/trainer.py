@@ -174,7 +174,7 @@ def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str 
     where = f"the run resumed ({found[-1].name})" if found else ""
     precision, why = run_precision(c.precision, device, kept=kept, where=where)
     if world()[0] == 0:
-        warn_if_emulated(precision, device, stacklevel=4)
+        warn_if_emulated(precision, device)
     return precision, why if c.precision == "auto" else None
 
 # %% ../nbs/06c_trainer.ipynb #bd040a0f
@@ -309,7 +309,7 @@ def _eval_record(model: nn.Module, valid, c: TrainConfig, step: int, pad_id: int
     return {"step": step, **{f"eval_{k}": v for k, v in scores.items()}}
 
 # %% ../nbs/06c_trainer.ipynb #08ec46c0
-def train(model: nn.Module, train_pairs, config: TrainConfig, valid_pairs=None,
+def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=None,
           run_dir=None, on_checkpoint=None) -> list[dict]:
     """Train on `(src_ids, tgt_ids)` pairs for `config.steps` updates; returns the
     metrics. With `run_dir`: log, checkpoint and resume there, calling

@@ -143,7 +143,7 @@ def test_other_write_errors_pass_through(tmp_path, monkeypatch):
 def test_train_lets_the_full_disk_through(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoints, "save_file", enospc_from_python)
     with pytest.raises(CheckpointWriteError) as caught:
-        train(tiny_model(), PAIRS, TINY, run_dir=tmp_path / "run")
+        train(tiny_model(), PAIRS, config=TINY, run_dir=tmp_path / "run")
     assert str(checkpoint_dir(tmp_path / "run", TINY.save_every)) in str(caught.value)
     assert not list(Path(tmp_path / "run").glob("step_*"))
 
@@ -281,7 +281,7 @@ def test_second_signal_during_the_save_is_ignored(tmp_path, monkeypatch):
             monkeypatch.setattr(trainer, "save_checkpoint", save_then_interrupt)
     before = [signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)]
     with pytest.raises(TrainingInterrupted) as caught:
-        train(tiny_model(), PAIRS, TINY, run_dir=tmp_path / "run", on_checkpoint=hook)
+        train(tiny_model(), PAIRS, config=TINY, run_dir=tmp_path / "run", on_checkpoint=hook)
     e, step = caught.value, TINY.save_every + 1
     assert e.signum == signal.SIGTERM and e.code == 128 + signal.SIGTERM
     assert e.step == step and e.path == checkpoint_dir(tmp_path / "run", step)
@@ -299,7 +299,7 @@ def test_sigint_without_run_dir(monkeypatch):
     real = trainer.train_step
     monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
     with pytest.raises(TrainingInterrupted) as caught:
-        train(tiny_model(), PAIRS, TINY)
+        train(tiny_model(), PAIRS, config=TINY)
     assert caught.value.code == 130 and caught.value.path is None
     assert str(caught.value) == ("stopped by SIGINT at step 1; no run_dir, so no "
                                  "checkpoint was written")
@@ -307,7 +307,8 @@ def test_sigint_without_run_dir(monkeypatch):
 
 def test_train_in_a_thread_runs_without_handlers():
     before, done = signal.getsignal(signal.SIGTERM), []
-    worker = threading.Thread(target=lambda: done.append(train(tiny_model(), PAIRS, TINY)))
+    worker = threading.Thread(
+        target=lambda: done.append(train(tiny_model(), PAIRS, config=TINY)))
     worker.start()
     worker.join(timeout=60)
     assert done and len(done[0]) == TINY.steps // TINY.log_every

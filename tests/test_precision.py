@@ -133,7 +133,7 @@ def test_resume_keeps_the_stored_precision(tmp_path, monkeypatch):
     data = copy_task(100)
     config = TrainConfig(steps=4, max_tokens=128, warmup=2, log_every=2, save_every=2,
                          precision="fp32", progress=False)
-    train(tiny_model(), data, replace(config, steps=2), run_dir=tmp_path / "run")
+    train(tiny_model(), data, config=replace(config, steps=2), run_dir=tmp_path / "run")
     assert saved_precision(list_checkpoints(tmp_path / "run")[-1]) == "fp32"
     monkeypatch.setattr(precision_mod, "resolve_precision",
                         lambda p, d: ("bf16", "precision auto -> bf16: pretend")
@@ -142,10 +142,10 @@ def test_resume_keeps_the_stored_precision(tmp_path, monkeypatch):
     precision, why = trainer._run_precision(auto, list_checkpoints(tmp_path / "run"),
                                             "cpu")
     assert precision == "fp32" and "kept from the run resumed" in why
-    train(tiny_model(), data, auto, run_dir=tmp_path / "run")
+    train(tiny_model(), data, config=auto, run_dir=tmp_path / "run")
     done = list_checkpoints(tmp_path / "run")
     assert done[-1].name == "step_00000004" and saved_precision(done[-1]) == "fp32"
-    train(tiny_model(), data, replace(auto, steps=2), run_dir=tmp_path / "fresh")
+    train(tiny_model(), data, config=replace(auto, steps=2), run_dir=tmp_path / "fresh")
     assert saved_precision(list_checkpoints(tmp_path / "fresh")[-1]) == "bf16"
 
 
@@ -170,12 +170,15 @@ def test_recipe_run_records_and_keeps_its_precision(tmp_path):
 
 
 def test_emulated_bf16_warns(monkeypatch):
+    "The warning, once per device, points at the caller's line, also through `train`."
     monkeypatch.setattr(precision_mod, "_bf16_support",
                         lambda device: (False, "this CPU has no native bf16 (pretend)"))
     monkeypatch.setattr(precision_mod, "_WARNED", set())
+    emulated = lambda caught: [w.filename for w in caught if "emulated" in str(w.message)]
     with pytest.warns(UserWarning, match=r"bf16 is emulated here \(this CPU has no "
-                                         r"native bf16 \(pretend\)\): a 256×256"):
+                                         r"native bf16 \(pretend\)\): a 256×256") as caught:
         assert warn_if_emulated("bf16", "cpu")
+    assert emulated(caught) == [__file__]
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not warn_if_emulated("bf16", "cpu")           # once per device
@@ -184,8 +187,9 @@ def test_emulated_bf16_warns(monkeypatch):
     monkeypatch.setattr(precision_mod, "_WARNED", set())
     config = TrainConfig(steps=1, max_tokens=128, warmup=2, precision="bf16",
                          progress=False)
-    with pytest.warns(UserWarning, match="bf16 is emulated here"):
-        train(tiny_model(), copy_task(20), config)
+    with pytest.warns(UserWarning, match="bf16 is emulated here") as caught:
+        train(tiny_model(), copy_task(20), config=config)
+    assert emulated(caught) == [__file__]
 
 
 @pytest.mark.parametrize("scores, chosen", [
@@ -203,7 +207,8 @@ def test_select_average_breaks_ties_to_the_fewest(monkeypatch, scores, chosen):
     class T:
         model = None
 
-    best, seen = select_average(T(), list(range(10)), list(scores), [], [], "fp32")
+    best, seen = select_average(T(), list(range(10)), ks=list(scores), sources=[],
+                                references=[], precision="fp32")
     assert best == chosen and seen == scores and loaded[-1] == chosen
 
 
@@ -232,7 +237,7 @@ def test_read_state_names_the_file(tmp_path):
     data = copy_task(20)
     config = TrainConfig(steps=1, max_tokens=128, warmup=2, precision="fp32",
                          progress=False)
-    train(tiny_model(), data, config, run_dir=tmp_path / "run")
+    train(tiny_model(), data, config=config, run_dir=tmp_path / "run")
     checkpoint = list_checkpoints(tmp_path / "run")[-1]
     state = read_state(checkpoint)
     assert state["step"] == 1 and state["config"]["precision"] == "fp32"
@@ -251,4 +256,4 @@ def test_read_state_names_the_file(tmp_path):
         assert str(caught.value).startswith(f"{file}: "), damage
         assert "\n" not in str(caught.value)
     with pytest.raises(CheckpointError, match="trainer state"):   # the loop says so too
-        train(tiny_model(), data, replace(config, steps=2), run_dir=tmp_path / "run")
+        train(tiny_model(), data, config=replace(config, steps=2), run_dir=tmp_path / "run")

@@ -2,7 +2,8 @@
 
 A missing optional extra names the pip command that installs it; a public function given
 a number it cannot use says which argument, what it got and what it allows; a broken
-tokenizer file is named together with the fix. Each test checks one message.
+tokenizer file is named together with the fix; a sentence cut to fit the model warns at the
+caller's line. Each test checks one message.
 """
 import random
 import re
@@ -191,7 +192,7 @@ TRAINING_CASES = [  # (id, call, message)
      "paths must be a list of checkpoints, got the single path "
      "'runs/x/step_00000010'; pass ['runs/x/step_00000010'] to average one"),
     ("train no pairs",
-     lambda: trainer.train(tiny_model(), [], trainer.TrainConfig()),
+     lambda: trainer.train(tiny_model(), [], config=trainer.TrainConfig()),
      "train_pairs must hold at least one pair, got none"),
     ("copy_task vocab_size", lambda: copy_lab.copy_task(10, vocab_size=3),
      "vocab_size must be at least 5, got 3"),
@@ -254,7 +255,7 @@ def test_train_config_preset_checks_its_changes():
 
 def test_hook_needs_a_run_dir():
     assert message_of(lambda: trainer.train(tiny_model(), [([3], [3])],
-                                            trainer.TrainConfig(),
+                                            config=trainer.TrainConfig(),
                                             on_checkpoint=lambda step, path: True)) == (
         "on_checkpoint needs a run_dir: it is called after checkpoints")
 
@@ -451,3 +452,24 @@ def test_a_training_step_reads_no_id_range(monkeypatch):
     stats = training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
                                 *optimizer_and_scheduler())
     assert stats["tokens"] > 0
+
+
+def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):
+    """A source too long for the positional table: a `TruncationWarning` with its index and
+    limit, pointing at this file's line whether the call passed a list or one string (a
+    different depth inside the package); one string honours `progress` as a list does."""
+    from small_models import small_translator
+    from annotated_transformer import TruncationWarning
+    translator = small_translator(sp, seed=0)                      # max_len 96
+    long = "A dog runs along the beach. " * 20
+    options = dict(beam_size=1, max_len_b=8, precision="fp32")
+    for sentences, index in ((["A cat.", long], 1), (long, 0)):
+        with pytest.warns(TruncationWarning) as caught:
+            translator.translate(sentences, **options)
+        cut = [w for w in caught if w.category is TruncationWarning]
+        assert len(cut) == 1 and cut[0].filename == __file__, cut[0].filename
+        assert (cut[0].message.index, cut[0].message.limit) == (index, 96 - 8)
+        assert str(cut[0].message).startswith(f"sentence {index + 1}: ")
+    capsys.readouterr()
+    assert isinstance(translator.translate("A cat.", progress=True, **options), str)
+    assert "1/1" in capsys.readouterr().err                        # the bar, for one string

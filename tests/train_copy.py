@@ -45,7 +45,7 @@ def main(argv=None) -> None:
     device = init_distributed()
     torch.manual_seed(a.seed)
     model = make_model(VOCAB_SIZE, VOCAB_SIZE, config).to(device)
-    train(model, copy_task(20_000, VOCAB_SIZE, seed=a.seed + 1), settings,
+    train(model, copy_task(20_000, VOCAB_SIZE, seed=a.seed + 1), config=settings,
           valid_pairs=copy_task(200, VOCAB_SIZE, seed=a.seed + 2), run_dir=a.run_dir)
     if dist.is_initialized():
         dist.destroy_process_group()

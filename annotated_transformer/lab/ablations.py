@@ -192,7 +192,8 @@ def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
     diverged = lambda step, path: not all(math.isfinite(m.get("loss", 0.0)) for m in
                                           read_metrics(Path(run_dir) / METRICS_FILE))
     cpu, wall = time.process_time(), time.perf_counter()
-    metrics = train(model, pairs, train_cfg, valid, run_dir, on_checkpoint=diverged)
+    metrics = train(model, pairs, config=train_cfg, valid_pairs=valid, run_dir=run_dir,
+                    on_checkpoint=diverged)
     times = {"train_cpu_s": time.process_time() - cpu,
              "train_wall_s": time.perf_counter() - wall}
     last = [m for m in metrics if "eval_loss" in m][-1]

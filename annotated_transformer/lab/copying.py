@@ -56,7 +56,7 @@ def train_copy_model(run_dir=None, vocab_size: int = 16, retrain: bool = False,
             and json.loads(info.read_text()) == wanted:
         return load_weights(model, final).eval()
     shutil.rmtree(run_dir / CHECKPOINTS_DIR, ignore_errors=True)   # start afresh
-    train(model, copy_task(20_000, vocab_size, seed=1), settings,
+    train(model, copy_task(20_000, vocab_size, seed=1), config=settings,
           valid_pairs=copy_task(500, vocab_size, seed=2),
           run_dir=run_dir / CHECKPOINTS_DIR)
     save_weights(final, model)
