@@ -39,8 +39,8 @@ MODULES = {"data": ("sentencepiece", "datasets", "sacrebleu"), "viz": ("matplotl
            "deploy": ("ctranslate2",), "web": ("onnx", "onnxscript", "onnxruntime")}
 INSTALL_CELL = '''\
 #| hide
-# Installs the package at the version this page was built from where it is missing or
-# older (Colab, Kaggle, a new Jupyter). Written by tools/nbclean.py: edit it there.
+# Installs the package at the version this page was built from, with the extras this
+# page imports, where it is missing or older (Colab, Kaggle, a new Jupyter).
 import importlib, importlib.metadata, importlib.util, re, subprocess, sys
 
 BOOK_VERSION = "{version}"
