@@ -23,7 +23,8 @@ def smoothed_targets(target: Tensor, vocab_size: int, *, eps_ls: float = EPS_LS,
     "The smoothed target q of §5.4, `(..., vocab_size)`; rows of padding are zero."
     check_number("vocab_size", vocab_size, 1)
     check_number("eps_ls", eps_ls, 0, 1)
-    q = torch.full((*target.shape, vocab_size), eps_ls / vocab_size)
+    q = torch.full((*target.shape, vocab_size), eps_ls / vocab_size,
+                   device=target.device)                 # on the labels' device
     q.scatter_(-1, target.unsqueeze(-1), 1 - eps_ls + eps_ls / vocab_size)
     return q.masked_fill((target == pad_id).unsqueeze(-1), 0.0)
 

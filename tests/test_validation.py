@@ -473,3 +473,10 @@ def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):
     capsys.readouterr()
     assert isinstance(translator.translate("A cat.", progress=True, **options), str)
     assert "1/1" in capsys.readouterr().err                        # the bar, for one string
+
+
+def test_smoothed_targets_are_built_on_the_labels_device():
+    "The smoothed target lives where the labels do (a CUDA label must not meet a CPU q)."
+    labels = torch.zeros(2, 3, dtype=torch.long, device="meta")   # no data, any machine
+    q = training.smoothed_targets(labels, 5)
+    assert q.device == labels.device and q.shape == (2, 3, 5)
