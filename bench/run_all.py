@@ -168,6 +168,17 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f}"
 
 
+def title(stem: str) -> str:
+    "A page's title, its first heading (`13. Inside the trained model: ...`), else its stem."
+    path = ROOT / "nbs" / f"{stem}.ipynb"
+    if path.exists():
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            m = re.match(r"#\s+(.+)", "".join(cell["source"]))
+            if cell["cell_type"] == "markdown" and m:
+                return m.group(1).strip()
+    return stem
+
+
 def table(results: dict) -> str:
     "The markdown block for the introduction: a sentence, then the table by part."
     m = results["machine"]
@@ -182,7 +193,7 @@ def table(results: dict) -> str:
         for name in measured:
             r = runs[name]
             cell = minutes(r["seconds"]) if r["status"] == "ok" else r["status"]
-            rows.append(f"| {name} | {cell} |")
+            rows.append(f"| [{title(name)}](../nbs/{name}) | {cell} |")
         if caption.startswith("Part I:"):
             part1 = sum(runs[s]["seconds"] for s in measured)
             rows.append(f"| Part I in all | {minutes(part1)} |")
@@ -194,7 +205,7 @@ def table(results: dict) -> str:
     total = sum(r["seconds"] for r in runs.values())
     rows.append(f"| all chapters | {total / 60:.0f} |")
     slowest = max(runs, key=lambda k: runs[k]["seconds"])
-    said = (f"The slowest chapter, {slowest}, takes about "
+    said = (f"The slowest page, *{title(slowest)}*, takes about "
             f"{minutes(runs[slowest]['seconds'])} minutes")
     if part1 is not None:
         said += f"; Part I takes about {minutes(part1)} minutes in all"
@@ -202,7 +213,7 @@ def table(results: dict) -> str:
              f"Measured by `python bench/run_all.py` (commit {', '.join(commits)}) on "
              f"{m['hardware']} ({m['isa']}), PyTorch {m['torch']}, in a Jupyter kernel, "
              "top to bottom, nothing skipped.", "",
-             "| chapter | minutes |", "|---|---:|", *rows]
+             "| page | minutes |", "|---|---:|", *rows]
     return "\n".join(lines)
 
 
