@@ -35,7 +35,7 @@ test: setup
 # one way to run a chapter for its stored outputs: bench/run_all.py runs it as a reader does
 # (full size), stores the outputs, cleans the notebook and records its time for the book
 execute: export
-	$(PY) bench/run_all.py --store --limit 3600 $(NB)
+	$(PY) bench/run_all.py --store $(NB)
 
 clean-nbs: setup
 	$(PY) tools/nbclean.py

@@ -6,12 +6,13 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'UNK_ID', 'default_device', 'eval_mode'
            'sinusoidal_encoding', 'DecoderLayer', 'EncoderLayer', 'PositionwiseFeedForward', 'SublayerConnection',
            'Decoder', 'Encoder', 'Generator', 'Transformer', 'TransformerConfig', 'make_model', 'Batch',
            'TokenBatchSampler', 'make_batch', 'evaluate', 'label_smoothing_loss', 'lrate', 'make_optimizer',
-           'smoothed_targets', 'train_step', 'CheckpointError', 'CheckpointWriteError', 'average_checkpoints',
-           'load_checkpoint', 'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig', 'TrainingInterrupted',
-           'read_metrics', 'train', 'BEAM_SIZE', 'LENGTH_ALPHA', 'beam_search', 'greedy_decode', 'length_penalty',
-           'decode_ids', 'encode_text', 'load_multi30k', 'load_tokenizer', 'to_pairs', 'train_tokenizer',
-           'DownloadError', 'download_model', 'Translator', 'TruncationWarning', 'corpus_bleu', 'TranslationRecipe',
-           'train_translation', 'CT2Translator', 'OnnxTranslator', 'export_ctranslate2', 'export_onnx']
+           'read_metrics', 'smoothed_targets', 'train_step', 'CheckpointError', 'CheckpointWriteError',
+           'average_checkpoints', 'load_checkpoint', 'load_weights', 'save_checkpoint', 'save_weights', 'TrainConfig',
+           'TrainingInterrupted', 'train', 'BEAM_SIZE', 'LENGTH_ALPHA', 'beam_search', 'greedy_decode',
+           'length_penalty', 'decode_ids', 'encode_text', 'load_multi30k', 'load_tokenizer', 'to_pairs',
+           'train_tokenizer', 'DownloadError', 'download_model', 'Translator', 'TruncationWarning', 'corpus_bleu',
+           'TranslationRecipe', 'train_translation', 'CT2Translator', 'OnnxTranslator', 'export_ctranslate2',
+           'export_onnx']
 
 # %% ../nbs/99_package.ipynb #c9f83e5a
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
@@ -28,13 +29,14 @@ from .layers import (
 from .model import (
     Decoder, Encoder, Generator, Transformer, TransformerConfig, make_model)
 from .batching import Batch, TokenBatchSampler, make_batch
-from .training import (
-    evaluate, label_smoothing_loss, lrate, make_optimizer, smoothed_targets, train_step)
+from annotated_transformer.training import (
+    evaluate, label_smoothing_loss, lrate, make_optimizer, read_metrics,
+    smoothed_targets, train_step)
 from .checkpoints import (
     CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint,
     load_weights, save_checkpoint, save_weights)
 from .trainer import (
-    TrainConfig, TrainingInterrupted, read_metrics, train)
+    TrainConfig, TrainingInterrupted, train)
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, beam_search, greedy_decode, length_penalty)
 from . import static  # noqa: F401 (part 9b: its names stay in it)
@@ -55,12 +57,12 @@ _all_ = ["BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "default_device", "eval_mode",
          "PositionwiseFeedForward", "SublayerConnection", "Decoder", "Encoder",
          "Generator", "Transformer", "TransformerConfig", "make_model", "Batch",
          "TokenBatchSampler", "make_batch", "evaluate", "label_smoothing_loss", "lrate",
-         "make_optimizer", "smoothed_targets", "train_step", "CheckpointError",
-         "CheckpointWriteError", "average_checkpoints", "load_checkpoint",
-         "load_weights", "save_checkpoint", "save_weights", "TrainConfig",
-         "TrainingInterrupted", "read_metrics", "train", "BEAM_SIZE",
-         "LENGTH_ALPHA", "beam_search", "greedy_decode", "length_penalty", "decode_ids",
-         "encode_text", "load_multi30k", "load_tokenizer", "to_pairs",
-         "train_tokenizer", "DownloadError", "download_model", "Translator",
-         "TruncationWarning", "corpus_bleu", "TranslationRecipe", "train_translation",
-         "CT2Translator", "OnnxTranslator", "export_ctranslate2", "export_onnx"]
+         "make_optimizer", "read_metrics", "smoothed_targets", "train_step",
+         "CheckpointError", "CheckpointWriteError", "average_checkpoints",
+         "load_checkpoint", "load_weights", "save_checkpoint", "save_weights",
+         "TrainConfig", "TrainingInterrupted", "train", "BEAM_SIZE", "LENGTH_ALPHA",
+         "beam_search", "greedy_decode", "length_penalty", "decode_ids", "encode_text",
+         "load_multi30k", "load_tokenizer", "to_pairs", "train_tokenizer",
+         "DownloadError", "download_model", "Translator", "TruncationWarning",
+         "corpus_bleu", "TranslationRecipe", "train_translation", "CT2Translator",
+         "OnnxTranslator", "export_ctranslate2", "export_onnx"]

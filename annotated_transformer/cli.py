@@ -22,14 +22,13 @@ from .precision import PRECISIONS, warn_if_emulated
 from .distributed import teardown
 from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
-from .translator import (BATCH_SIZE, TRANSLATE_PRECISIONS,
-                                              Translator, corpus_bleu,
-                                              decoding_precision)
+from .translator import (
+    BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
-from .lines import (PROG, line_batches, read_lines, say, stream_fd,
-                                         translate_lines, write_lines)
+from .lines import (
+    PROG, line_batches, read_lines, say, stream_fd, translate_lines, write_lines)
 
 # %% ../nbs/09f_cli.ipynb #873f78c0
 def _device(name: str) -> torch.device:

@@ -13,6 +13,8 @@ from .attention import padding_mask
 from .embeddings import (
     MAX_LEN, P_DROP, Embeddings, LearnedPositionalEncoding, PositionalEncoding)
 from .formats import PAD_ID
+from .inputs import (
+    cached_steps, check_config, check_inputs, check_vocabularies)
 from .layers import DecoderLayer, EncoderLayer
 
 # %% ../nbs/05_model.ipynb #4fad55cc
@@ -35,7 +37,7 @@ class TransformerConfig:
     pad_id: int = PAD_ID           # the padding token, from which masks are built
 
     def __post_init__(self):       # an impossible configuration fails when created
-        _check_config(self)
+        check_config(self)
 
     @classmethod
     def preset(cls, name: str, **changes) -> "TransformerConfig":
@@ -95,7 +97,7 @@ class Transformer(nn.Module):
     "The encoder–decoder of §3 (Figure 1); `make_model` builds and initialises it."
     def __init__(self, src_vocab: int, tgt_vocab: int, config: TransformerConfig):
         super().__init__()
-        _check_vocabularies(src_vocab, tgt_vocab, config)
+        check_vocabularies(src_vocab, tgt_vocab, config)
         self.config = c = config
         Positions = LearnedPositionalEncoding if c.learned_pos else PositionalEncoding
         self.src_embed = Embeddings(src_vocab, c.d_model)
@@ -109,23 +111,23 @@ class Transformer(nn.Module):
 
     def encode(self, src, *, src_mask=None, check=None) -> Tensor:
         "Source ids `(batch, S)` → memory `(batch, S, d_model)`."
-        _check_inputs(self, check, src, None, src_mask)
+        check_inputs(self, check, src, src_mask=src_mask)
         mask = padding_mask(src, self.config.pad_id) if src_mask is None else src_mask
         return self.encoder(self.src_pos(self.src_embed(src)), mask=mask)
 
     def decode(self, memory, tgt, *, src_mask=None, tgt_mask=None, cache=None,
                check=None) -> Tensor:
         "Memory `(batch, S, d_model)`, target ids `(batch, T)` → `(batch, T, d_model)`."
-        _check_inputs(self, check, None, tgt, src_mask, tgt_mask, memory, cache)
-        start = _cached_steps(cache)                # 0, except when generating
-        tgt_mask = _target_mask(tgt, self.config.pad_id, start, tgt_mask)
+        check_inputs(self, check, tgt=tgt, src_mask=src_mask, tgt_mask=tgt_mask,
+                     memory=memory, cache=cache)
+        start = cached_steps(cache)                 # 0, except when generating
         x = self.tgt_pos(self.tgt_embed(tgt), start=start)
-        return self.decoder(x, memory, src_mask=src_mask, tgt_mask=tgt_mask,
-                            cache=cache)
+        mask = _target_mask(tgt, self.config.pad_id, start, tgt_mask)
+        return self.decoder(x, memory, src_mask=src_mask, tgt_mask=mask, cache=cache)
 
     def forward(self, src, tgt, *, src_mask=None, tgt_mask=None, check=None) -> Tensor:
         "Log-probabilities `(batch, T, tgt_vocab)` of the next token at each position."
-        _check_inputs(self, check, src, tgt, src_mask, tgt_mask)
+        check_inputs(self, check, src, tgt, src_mask=src_mask, tgt_mask=tgt_mask)
         if src_mask is None:       # one mask for the encoder and the cross-attention
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask=src_mask, check=False)
@@ -146,19 +148,6 @@ def make_model(src_vocab: int, tgt_vocab: int,
 
 # %% ../nbs/05b_model_details.ipynb #5b000003
 from .attention import subsequent_mask
-from .layers import activation_class
-from .multihead import check_heads
-from .utils import check_number
-
-# %% ../nbs/05b_model_details.ipynb #60cbd8e0
-def _check_config(c: TransformerConfig) -> None:
-    "A ValueError for an impossible configuration, when it is created."
-    check_heads(c.d_model, c.n_heads)
-    for name in ("n_layers", "d_model", "d_ff", "max_len"):
-        check_number(name, getattr(c, name), 1)
-    for name in ("p_drop", "p_attn_drop", "p_ff_drop"):
-        check_number(name, getattr(c, name), 0, 1)
-    activation_class(c.activation)
 
 # %% ../nbs/05b_model_details.ipynb #1b81de45
 _PRESETS = {
@@ -186,13 +175,6 @@ def _preset(cls, name: str, changes: dict) -> dict:
     return {**_PRESETS[name], **changes}
 
 # %% ../nbs/05b_model_details.ipynb #c5a0e003
-def _cached_steps(cache: list | None) -> int:
-    "Target positions already in a decoding cache: 0 for none or an empty one."
-    if not cache or "k" not in cache[0]["self"]:
-        return 0
-    return cache[0]["self"]["k"].size(2)            # (batch, heads, steps, d_k)
-
-
 def _target_mask(tgt: Tensor, pad_id: int, start: int = 0,
                  given: Tensor | None = None) -> Tensor | None:
     """The decoder's self-attention mask: `given` if there is one, else the mask for
@@ -214,89 +196,3 @@ def _init_cache(model) -> list[dict]:
 
 
 Transformer.init_cache = _init_cache    # the model's method, for decode(cache=)
-
-# %% ../nbs/05b_model_details.ipynb #c7928903
-def _check_tokens(name: str, t) -> None:
-    "Integer ids of shape `(batch, seq_len)`: the shape and dtype, not the values."
-    if isinstance(t, Tensor) and t.dim() == 2 and t.dtype in (torch.int64, torch.int32):
-        return
-    got = (f"shape {tuple(t.shape)} and dtype {t.dtype}" if isinstance(t, Tensor)
-           else type(t).__name__)
-    raise ValueError(f"{name} must be integer token ids of shape (batch, seq_len), "
-                     f"got {got}")
-
-
-def _check_ids(**ids: tuple) -> None:
-    "Each `name=(ids, vocab_size)`: all ids in range, read from the device at once."
-    ids = {k: (t, v) for k, (t, v) in ids.items() if t is not None and t.numel()}
-    if not ids:
-        return
-    bounds = torch.stack([torch.stack(torch.aminmax(t)).long()
-                          for t, _ in ids.values()])
-    for (name, (_, size)), (low, high) in zip(ids.items(), bounds.tolist()):
-        if low < 0 or high >= size:                      # the one read is .tolist()
-            raise ValueError(f"{name} holds the token id {low if low < 0 else high}, "
-                             f"outside the vocabulary: ids must lie in "
-                             f"0..{size - 1} (vocab_size={size})")
-
-
-def _check_mask(name: str, mask, batch: int, n_q: int, n_k: int) -> None:
-    if (isinstance(mask, Tensor) and mask.dtype == torch.bool and mask.dim() == 3
-            and mask.size(0) in (1, batch) and mask.size(1) in (1, n_q)
-            and mask.size(2) == n_k):
-        return
-    got = (f"{mask.dtype} tensor of shape {tuple(mask.shape)}"
-           if isinstance(mask, Tensor) else type(mask).__name__)
-    raise ValueError(f"{name} must be a bool tensor of shape ({batch} or 1, "
-                     f"{n_q} or 1, {n_k}) (True = may attend), got a {got}")
-
-# %% ../nbs/05b_model_details.ipynb #215358ab
-def _check_vocabularies(src_vocab: int, tgt_vocab: int, c: TransformerConfig) -> None:
-    if c.tie_embeddings and src_vocab != tgt_vocab:
-        raise ValueError(f"tie_embeddings=True shares one matrix between source and "
-                         f"target and needs one vocabulary, got src_vocab={src_vocab} "
-                         f"and tgt_vocab={tgt_vocab}; use a shared vocabulary or "
-                         "tie_embeddings=False")
-    if not 0 <= c.pad_id < min(src_vocab, tgt_vocab):
-        raise ValueError(f"pad_id={c.pad_id} must be an id of both vocabularies "
-                         f"(0..{min(src_vocab, tgt_vocab) - 1})")
-
-
-def _check_memory(memory, batch: int, d: int) -> None:
-    if not (isinstance(memory, Tensor) and memory.dim() == 3
-            and memory.size(0) == batch and memory.size(2) == d):
-        got = (tuple(memory.shape) if isinstance(memory, Tensor)
-               else type(memory).__name__)
-        raise ValueError(f"memory must have shape (batch={batch}, S, d_model={d}), "
-                         f"got {got}")
-
-# %% ../nbs/05b_model_details.ipynb #5b000005
-def _check_inputs(model, check: bool | None, src, tgt, src_mask=None, tgt_mask=None,
-                  memory=None, cache=None) -> None:
-    """The checks of `Transformer.encode` (src), `decode` (tgt, memory) and `forward`
-    (src, tgt), in one place. `check=None`: check unless the model is training."""
-    if check is False or (check is None and model.training):
-        return
-    for name, t in (("src", src), ("tgt", tgt)):
-        if t is not None:
-            _check_tokens(name, t)
-    if src is not None and tgt is not None and src.size(0) != tgt.size(0):
-        raise ValueError(f"src and tgt must hold as many sentences, "
-                         f"got {src.size(0)} and {tgt.size(0)}")
-    batch = (src if src is not None else tgt).size(0)
-    if src is None:                                   # decode: the memory, the cache
-        _check_memory(memory, batch, model.config.d_model)
-        n_layers = len(model.decoder.layers)
-        if cache is not None and len(cache) != n_layers:
-            raise ValueError(f"cache must have one entry per decoder layer "
-                             f"({n_layers}), got {len(cache)}: use init_cache()")
-    S = (src if src is not None else memory).size(1)
-    if src_mask is not None and src is not None:      # in the encoder
-        _check_mask("src_mask", src_mask, batch, S, S)
-    if src_mask is not None and tgt is not None:      # in the cross-attention
-        _check_mask("src_mask", src_mask, batch, tgt.size(1), S)
-    if tgt_mask is not None:
-        T = tgt.size(1)
-        _check_mask("tgt_mask", tgt_mask, batch, T, _cached_steps(cache) + T)
-    _check_ids(src=(src, model.src_embed.num_embeddings),
-               tgt=(tgt, model.tgt_embed.num_embeddings))

@@ -13,18 +13,19 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .formats import (CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE,
-                                           TOKENIZER_FILE)
+from .formats import (
+    CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE, TOKENIZER_FILE)
 from .utils import default_device, hardware
 from .precision import run_precision
 from .distributed import barrier, init_distributed, teardown, world
 from .model import TransformerConfig, make_model
 from .batching import fits
-from .checkpoints import (average_checkpoints, checkpoint_step,
-                                               list_checkpoints, load_weights)
-from .trainer import TrainConfig, log_metrics, read_metrics, train
-from .data import (load_multi30k, load_tokenizer, to_pairs,
-                                        train_tokenizer)
+from .checkpoints import (
+    average_checkpoints, checkpoint_step, list_checkpoints, load_weights)
+from .training import log_metrics, read_metrics
+from .trainer import TrainConfig, train
+from .data import (
+    load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from .translator import Translator, corpus_bleu
 
 # %% ../nbs/09c_recipe.ipynb #863c8e80

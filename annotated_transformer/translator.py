@@ -31,17 +31,17 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from .formats import (BOS_ID, CONFIG_FILE, EOS_ID, MODEL_FORMAT,
-                                           PAD_ID, TOKENIZER_FILE, WEIGHTS_FILE)
+from .formats import (
+    BOS_ID, CONFIG_FILE, EOS_ID, MODEL_FORMAT, PAD_ID, TOKENIZER_FILE, WEIGHTS_FILE)
 from .utils import caller_stacklevel, default_device, eval_mode
-from .precision import (PRECISIONS, precision_context,
-                                             resolve_precision, warn_if_emulated)
+from .precision import (
+    PRECISIONS, precision_context, resolve_precision, warn_if_emulated)
 from .model import Transformer, make_model
 from .checkpoints import load_weights, model_tensors, save_weights
-from .decoding import (BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B,
-                                            beam_search, greedy_decode)
-from .quantization import (bf16_weights, column_major,
-                                                quantize_int8)
+from .decoding import (
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
+from .quantization import (
+    bf16_weights, column_major, quantize_int8)
 from .data import decode_ids, load_tokenizer, normalize_line
 from .hub import file_sha256, need_file, read_config, resolve_model
 

@@ -19,7 +19,7 @@ from annotated_transformer.formats import (BOS_ID, CHECKPOINTS_DIR, EOS_ID, FIRS
                                            METRICS_FILE, PAD_ID)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
-from annotated_transformer.trainer import read_metrics
+from annotated_transformer.training import read_metrics
 from annotated_transformer.lab.copying import train_copy_model
 
 print(torch.__version__, torch.cuda.get_device_name())

@@ -24,7 +24,7 @@ def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> d
     import torch
     from annotated_transformer.data import load_multi30k
     from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE
-    from annotated_transformer.trainer import read_metrics
+    from annotated_transformer.training import read_metrics
     from annotated_transformer.recipe import TranslationRecipe, train_translation
     from annotated_transformer.translator import corpus_bleu
     torch.set_num_threads(int(os.environ.get("SWEEP_THREADS", "2")))

@@ -18,12 +18,13 @@ from ..formats import METRICS_FILE, TOKENIZER_FILE
 from ..utils import eval_mode
 from ..multihead import MultiHeadAttention
 from ..model import TransformerConfig, make_model
-from ..batching import (TokenBatchSampler, fits, fixed_batches,
-                                            pair_lengths)
-from ..training import evaluate, label_smoothing_loss, lrate
-from ..trainer import TrainConfig, read_metrics, train
-from ..data import (load_multi30k, load_tokenizer, to_pairs,
-                                        train_tokenizer)
+from ..batching import (
+    TokenBatchSampler, fits, fixed_batches, pair_lengths)
+from ..training import (
+    evaluate, label_smoothing_loss, lrate, read_metrics)
+from ..trainer import TrainConfig, train
+from ..data import (
+    load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from ..translator import Translator, corpus_bleu
 
 # %% ../../nbs/12_ablations.ipynb #d92d1b90
