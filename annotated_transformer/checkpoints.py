@@ -39,12 +39,14 @@ def model_tensors(model: nn.Module) -> dict[str, Tensor]:
     return out
 
 
-def _read_safetensors(path) -> tuple[dict[str, Tensor], dict[str, str]]:
+def _read_safetensors(path, *, tensors: bool = True) -> tuple[dict, dict[str, str]]:
+    "A safetensors file's tensors (none unless `tensors`) and its header's metadata."
     if not Path(path).is_file():
         raise CheckpointError(f"{path}: no such file")
     try:
         with safe_open(str(path), framework="pt") as f:
-            return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
+            found = {k: f.get_tensor(k) for k in f.keys()} if tensors else {}
+            return found, f.metadata() or {}
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{path}: not a readable safetensors file ({e})") \
             from None
@@ -230,17 +232,25 @@ def save_checkpoint(path, model: nn.Module, *, optimizer, scheduler=None, scaler
     return path
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c025
-def load_checkpoint(path, model: nn.Module, optimizer=None, scheduler=None, scaler=None,
-                    rank: int = 0) -> dict:
+def _trainer_record(file, tensors: dict, meta: dict, *, part: str | None = None):
+    """The record `save_checkpoint` wrote in TRAINER_FILE's header `meta`, with its
+    `tensors`; or only its entry `part` (the loop's `state` needs no tensor)."""
+    try:
+        record = json.loads(meta["trainer"])
+        if part is not None:
+            record = dict(record["items"])[part]
+        return state_from_json(record, tensors)
+    except (KeyError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{file}: no readable trainer state ({e!r})") from None
+
+
+def load_checkpoint(path, model: nn.Module, *, optimizer=None, scheduler=None,
+                    scaler=None, rank: int = 0) -> dict:
     "Restore what `save_checkpoint` wrote, and this rank's RNG; returns `state`."
     path = Path(path)
     load_weights(model, path / WEIGHTS_FILE)
     file = path / TRAINER_FILE
-    tensors, meta = _read_safetensors(file)
-    try:
-        trainer = state_from_json(json.loads(meta["trainer"]), tensors)
-    except (KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{file}: no readable trainer state ({e!r})") from None
+    trainer = _trainer_record(file, *_read_safetensors(file))
     parts = [(optimizer, "optimizer"), (scheduler, "scheduler"), (scaler, "scaler")]
     for obj, key in parts:
         if obj is not None and trainer[key]:
@@ -258,14 +268,7 @@ def read_state(path) -> dict:
     """The `state` that `save_checkpoint` stored in the checkpoint folder `path`, read
     from TRAINER_FILE's header (page 0a) without loading a tensor."""
     file = Path(path) / TRAINER_FILE
-    if not file.is_file():
-        raise CheckpointError(f"{file}: no such file")
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            items = dict(json.loads((f.metadata() or {})["trainer"])["items"])
-        return state_from_json(items["state"], {})
-    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{file}: no readable trainer state ({e!r})") from None
+    return _trainer_record(file, *_read_safetensors(file, tensors=False), part="state")
 
 # %% ../nbs/06b_checkpoints.ipynb #bc012104
 def average_checkpoints(paths) -> dict[str, Tensor]:

@@ -244,7 +244,7 @@ def _run(a) -> int:
         torch.set_num_threads(a.threads)
     if a.command == "train":
         return _train(a)
-    translator = Translator.from_pretrained(a.model_dir, a.device)
+    translator = Translator.from_pretrained(a.model_dir, device=a.device)
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
                    precision=_precision(a.precision, translator))
     run = _translate if a.command == "translate" else _evaluate

@@ -147,8 +147,8 @@ class CT2Translator:
         if isinstance(sentences, str):
             return self.translate([sentences], beam_size=beam_size, alpha=alpha,
                                   batch_size=batch_size, max_len_b=max_len_b)[0]
-        ids = encode_sources(self.sp, sentences, self.config["model"]["max_len"],
-                             max_len_b)
+        max_len = self.config["model"]["max_len"]
+        ids = encode_sources(self.sp, sentences, max_len=max_len, max_len_b=max_len_b)
         todo = [i for i, row in enumerate(ids) if row]
         pieces = [[self.sp.id_to_piece(t) for t in ids[i]] for i in todo]
         limit = max((len(p) for p in pieces), default=0) + max_len_b

@@ -169,7 +169,7 @@ def _complete(folder: Path) -> bool:
                for n, h in hashes.items())
 
 # %% ../nbs/09a_hub.ipynb #79459c80
-def download_model(url: str, cache_dir=None, progress: bool = True) -> Path:
+def download_model(url: str, *, cache_dir=None, progress: bool = True) -> Path:
     """Download the model directory at `url` (`<url>/config.json`, ...) into a folder
     of its own in `cache_dir` (default: `$AT_CACHE_DIR`, else
     ~/.cache/annotated_transformer), unless it is there already; returns the folder.
@@ -202,9 +202,9 @@ def resolve_model(source, cache_dir=None) -> Path:
     if isinstance(source, Path) or Path(text).is_dir():
         directory = Path(source)
     elif text.startswith(("https://", "http://")):
-        directory = download_model(text, cache_dir)
+        directory = download_model(text, cache_dir=cache_dir)
     elif text in SHIPPED_MODELS:
-        directory = download_model(model_url(text), cache_dir)
+        directory = download_model(model_url(text), cache_dir=cache_dir)
     else:
         directory = Path(text)
     if not directory.is_dir():

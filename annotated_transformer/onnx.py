@@ -261,7 +261,7 @@ def _onnx_translate(engine: OnnxTranslator, sentences, batch_size: int,
     "As `OnnxTranslator.translate`: batches of similar length, results in order."
     table = engine.config["model"]["max_len"]
     _check_onnx_lengths(engine, 1, 1 + max_len_b)
-    ids = encode_sources(engine.sp, sentences, table, max_len_b)
+    ids = encode_sources(engine.sp, sentences, max_len=table, max_len_b=max_len_b)
     order = sorted((i for i, r in enumerate(ids) if r), key=lambda i: len(ids[i]))
     out = [""] * len(ids)
     for first in range(0, len(order), batch_size):

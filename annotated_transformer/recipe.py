@@ -200,8 +200,8 @@ def _new_translator(r: TranslationRecipe, sp, n_pairs: int, device,
     "The untrained model of `r`, seeded by `r.train.seed`; reports its size and data."
     torch.manual_seed(r.train.seed)
     V = sp.get_piece_size()
-    translator = Translator(make_model(V, V, r.model).to(device), sp, r.src_lang,
-                            r.tgt_lang)
+    translator = Translator(make_model(V, V, r.model).to(device), sp,
+                            src_lang=r.src_lang, tgt_lang=r.tgt_lang)
     n_params = sum(p.numel() for p in translator.model.parameters())
     _say(progress, f"{n_pairs} training pairs, vocabulary {V}, "
          f"{n_params:,} parameters, {hardware()}")

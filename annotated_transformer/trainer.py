@@ -124,7 +124,8 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
     precision, why = _run_precision(c, found, device)
     scaler = grad_scaler(device, precision)
     if found:
-        state = load_checkpoint(found[-1], model, optimizer, scheduler, scaler, rank)
+        state = load_checkpoint(found[-1], model, optimizer=optimizer,
+                                scheduler=scheduler, scaler=scaler, rank=rank)
     else:
         torch.manual_seed(c.seed + rank)
         state = {"step": 0, "epoch": 0, "index": 0, "elapsed": 0.0}

@@ -65,7 +65,7 @@ def _stored(model: nn.Module, dtype) -> nn.Module:
     return stored
 
 # %% ../nbs/09bb_translator_details.ipynb #071a6504
-def save_model_dir(directory, model: Transformer, sp, info: dict, dtype=None,
+def save_model_dir(directory, model: Transformer, *, sp, info: dict, dtype=None,
                    extra_files=()) -> Path:
     """Write config.json, model.safetensors and tokenizer.model into `directory`,
     readable by all. config.json holds the model's configuration, `info` (languages,
@@ -87,7 +87,7 @@ def save_model_dir(directory, model: Transformer, sp, info: dict, dtype=None,
     return directory
 
 
-def load_model_dir(source, device=None, cache_dir=None) -> tuple:
+def load_model_dir(source, *, device=None, cache_dir=None) -> tuple:
     """`(model, sp, meta)` of a model directory, its URL or a shipped model's name (see
     `resolve_model`), unpickling nothing; `meta` is config.json plus "directory".
     `device`: the fastest; 16-bit weights are cast to float32."""
@@ -125,7 +125,7 @@ class TruncationWarning(UserWarning):
                 f"pieces) fits the model's positional table (max_len={self.max_len})")
 
 
-def encode_sources(sp, sentences, max_len: int, max_len_b: int) -> list[list[int]]:
+def encode_sources(sp, sentences, *, max_len: int, max_len_b: int) -> list[list[int]]:
     "Ids of each sentence ([] if blank), cut so that a translation fits `max_len`."
     max_src = max(1, max_len - max_len_b)
     out = []
@@ -221,7 +221,8 @@ def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: s
     if beam_size < 1 or batch_size < 1:
         raise ValueError(f"beam_size and batch_size must be at least 1, got "
                          f"{beam_size} and {batch_size}")
-    ids = encode_sources(sp, sentences, model.config.max_len, max_len_b)
+    ids = encode_sources(sp, sentences, max_len=model.config.max_len,
+                         max_len_b=max_len_b)
     order = sorted((i for i in range(len(ids)) if ids[i]), key=lambda i: len(ids[i]))
     out = [""] * len(ids)
     # inference mode: no autograd bookkeeping at all, less work per operation; the
@@ -242,18 +243,19 @@ def _translate_sorted(model: Transformer, sp, sentences, *, device, precision: s
 class _Pretrained:
     "Saving and loading of a `Translator`: its model directory, languages and notes."
 
-    def save_pretrained(self, directory, dtype=None, extra_files=()) -> Path:
+    def save_pretrained(self, directory, *, dtype=None, extra_files=()) -> Path:
         "`save_model_dir` with this translator's languages and notes."
         info = {"src_lang": self.src_lang, "tgt_lang": self.tgt_lang,
                 "notes": self.notes}
-        return save_model_dir(directory, self.model, self.sp, info, dtype, extra_files)
+        return save_model_dir(directory, self.model, sp=self.sp, info=info, dtype=dtype,
+                              extra_files=extra_files)
 
     @classmethod
-    def from_pretrained(cls, source, device=None, cache_dir=None) -> "Translator":
+    def from_pretrained(cls, source, *, device=None, cache_dir=None) -> "Translator":
         "Load what `save_pretrained` wrote; `source` as for `load_model_dir`."
-        model, sp, meta = load_model_dir(source, device, cache_dir)
-        translator = cls(model, sp, meta.get("src_lang", "en"),
-                         meta.get("tgt_lang", "de"), meta.get("notes"))
+        model, sp, meta = load_model_dir(source, device=device, cache_dir=cache_dir)
+        translator = cls(model, sp, src_lang=meta.get("src_lang", "en"),
+                         tgt_lang=meta.get("tgt_lang", "de"), notes=meta.get("notes"))
         translator.directory = meta["directory"]
         return translator
 
@@ -263,7 +265,7 @@ class Translator(_Pretrained):
     """A trained Transformer and its sentencepiece model: `translate` sentences,
     `save_pretrained(directory)`, `Translator.from_pretrained(directory, URL, name)`."""
 
-    def __init__(self, model: Transformer, sp, src_lang: str = "en",
+    def __init__(self, model: Transformer, sp, *, src_lang: str = "en",
                  tgt_lang: str = "de", notes: dict | None = None):
         if sp.get_piece_size() != model.src_embed.num_embeddings:
             raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces, the "

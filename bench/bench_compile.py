@@ -36,8 +36,8 @@ def main(argv=None) -> None:
     translator = Translator.from_pretrained(ROOT / "models/multi30k_en_de")
     model = translator.model.eval()
     lines = (Path(a.data) / "test_2016_flickr.en").read_text().splitlines()
-    rows = encode_sources(translator.sp, lines[:a.sentences + 3], model.config.max_len,
-                          MAX_LEN_B)
+    rows = encode_sources(translator.sp, lines[:a.sentences + 3],
+                          max_len=model.config.max_len, max_len_b=MAX_LEN_B)
     eager = decoding.decode_step
     steps = {"eager": eager, "compiled": torch.compile(eager, dynamic=True)}
 

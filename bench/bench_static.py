@@ -43,7 +43,8 @@ def worker(name: str, a) -> dict:
     if a.layout == "columns":                 # as the Translator decodes fp32 on a CPU
         model = column_major(model)
     lines = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences]
-    rows = encode_sources(translator.sp, lines, model.config.max_len, MAX_LEN_B)
+    rows = encode_sources(translator.sp, lines, max_len=model.config.max_len,
+                          max_len_b=MAX_LEN_B)
     step = compiled_step(**json.loads(a.options)) if name == "static compiled" else None
     if name == "eager cached":
         run = lambda src: greedy_decode(model, src)[0]

@@ -230,7 +230,7 @@ def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatc
     try:
         flushed = record_fsyncs(monkeypatch)
         folder = download_model(f"http://127.0.0.1:{server.server_address[1]}/toy",
-                                tmp_path / "cache", progress=False)
+                                cache_dir=tmp_path / "cache", progress=False)
     finally:
         server.shutdown()
         server.server_close()

@@ -189,7 +189,7 @@ def test_extra_files_are_listed_and_downloaded(translator, server, tmp_path):
     files = json.loads((directory / "config.json").read_text())["files"]
     assert files["training_log.jsonl"] == hashlib.sha256(b'{"step": 1}\n').hexdigest()
     assert mode(directory / "training_log.jsonl") == 0o644
-    folder = download_model(server.serve("log", directory), tmp_path / "cache")
+    folder = download_model(server.serve("log", directory), cache_dir=tmp_path / "cache")
     assert len(server.requests) == 4
     assert (folder / "training_log.jsonl").read_text() == '{"step": 1}\n'
     assert Translator.from_pretrained(folder).directory == folder
@@ -201,7 +201,7 @@ def test_listed_names_must_be_plain_file_names(translator, server, tmp_path):
     config["files"]["../escape.txt"] = "0" * 64
     (directory / "config.json").write_text(json.dumps(config))
     with pytest.raises(DownloadError, match="not plain file names"):
-        download_model(server.serve("bad", directory), tmp_path / "cache")
+        download_model(server.serve("bad", directory), cache_dir=tmp_path / "cache")
     assert not (tmp_path / "escape.txt").exists()
 
 
@@ -246,7 +246,7 @@ def test_broken_download_is_refused_and_not_kept(saved, server, tmp_path, damage
 
 def test_unreachable_and_missing_give_clear_errors(saved, server, tmp_path, capsys):
     with pytest.raises(DownloadError, match=r"/nothing/config.json: HTTP error 404"):
-        download_model(f"{server.url}/nothing", tmp_path)
+        download_model(f"{server.url}/nothing", cache_dir=tmp_path)
     server.httpd.shutdown()
     server.httpd.server_close()                                 # nobody listens there now
     url = f"{server.url}/gone"
@@ -262,7 +262,7 @@ def test_config_without_hashes_is_refused(saved, server, tmp_path):
     del meta["files"]
     server.files["/old/config.json"] = json.dumps(meta).encode()
     with pytest.raises(DownloadError, match="no sha256"):
-        download_model(url, tmp_path)
+        download_model(url, cache_dir=tmp_path)
 
 
 def test_shipped_model_name(saved, server, tmp_path, monkeypatch, translator):

@@ -234,7 +234,8 @@ def test_length_limit_and_cut_source_as_python(server, browser, sources):
     page, seen = _open(browser, f"{server}/{PAGE}", before=no_slack)
     texts = [*sources[:6], " ".join(sources[:25])]      # the last: about 300 pieces
     with pytest.warns(UserWarning, match="truncated to 256"):
-        rows = encode_sources(engine.sp, texts, config["model"]["max_len"], 0)
+        rows = encode_sources(engine.sp, texts, max_len=config["model"]["max_len"],
+                              max_len_b=0)
     assert len(rows[-1]) == config["model"]["max_len"]            # it was cut
     model = Translator.from_pretrained(ROOT / "models/multi30k_en_de").model.eval()
     at_limit = 0
