@@ -29,9 +29,9 @@ from .layers import (
 from .model import (
     Decoder, Encoder, Generator, Transformer, TransformerConfig, make_model)
 from .batching import Batch, TokenBatchSampler, make_batch
-from annotated_transformer.training import (
-    evaluate, label_smoothing_loss, lrate, make_optimizer, read_metrics,
-    smoothed_targets, train_step)
+from .training import (
+    evaluate, label_smoothing_loss, lrate,
+    make_optimizer, read_metrics, smoothed_targets, train_step)
 from .checkpoints import (
     CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint,
     load_weights, save_checkpoint, save_weights)

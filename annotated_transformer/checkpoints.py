@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', 'checkpoint_dir', 'checkpoint_step',
-           'list_checkpoints', 'state_from_json', 'replace_durably', 'CheckpointWriteError', 'save_checkpoint',
-           'load_checkpoint', 'read_state', 'average_checkpoints']
+           'list_checkpoints', 'state_from_json', 'replace_durably', 'CheckpointWriteError', 'disk_full', 'no_space',
+           'save_checkpoint', 'load_checkpoint', 'read_state', 'average_checkpoints']
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
 import errno
@@ -168,7 +168,8 @@ def replace_durably(src, dest) -> None:
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c044
 class CheckpointWriteError(OSError):
-    "A checkpoint that could not be written (a full disk); its message is one line."
+    """A checkpoint (or a model directory, part 11a) that could not be written: a full
+    disk; its message is one line."""
 
 
 def _nbytes(tensors: dict[str, Tensor]) -> int:
@@ -185,17 +186,18 @@ def _size(n: int) -> str:
     return f"{n:,} bytes" + (f" ({scaled:.1f} {unit})" if unit else "")
 
 
-def _disk_full(e: Exception) -> bool:
+def disk_full(e: Exception) -> bool:
     "ENOSPC, raised by Python (an `OSError`) or by safetensors (its message says so)."
     return getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e)
 
 
-def _no_space(path: Path, needed: int) -> CheckpointWriteError:
-    "The error of a checkpoint that did not fit on its disk, in one line."
+def no_space(path: Path, needed: int, *, what: str = "checkpoint",
+             intact: str = "the earlier checkpoints are intact"):
+    "The `CheckpointWriteError` of a `what` that did not fit on its disk, in one line."
     free = shutil.disk_usage(next(p for p in path.parents if p.exists())).free
-    e = CheckpointWriteError(f"no space left on device for checkpoint {path}: it needs "
+    e = CheckpointWriteError(f"no space left on device for {what} {path}: it needs "
                              f"at least {_size(needed)}, {_size(free)} are free; "
-                             "the earlier checkpoints are intact")
+                             f"{intact}")
     e.errno = errno.ENOSPC
     return e
 
@@ -220,10 +222,10 @@ def save_checkpoint(path, model: nn.Module, *, optimizer, scheduler=None, scaler
             _fsync(tmp / name)
     except (OSError, SafetensorError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not _disk_full(e):
+        if not disk_full(e):
             raise
         needed = _nbytes(model_tensors(model)) + _nbytes(tensors)
-        raise _no_space(path, needed) from None
+        raise no_space(path, needed) from None
     if path.exists():                  # re-saving a step: swap, then delete the old one
         shutil.rmtree(old, ignore_errors=True)
         os.replace(path, old)

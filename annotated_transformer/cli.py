@@ -182,7 +182,7 @@ def _train(a) -> int:
         recipe = replace(recipe, max_minutes=a.max_minutes)
     if a.precision:
         recipe = replace(recipe, train=replace(recipe.train, precision=a.precision))
-    train_translation(recipe, a.model_dir, a.data, progress=not a.quiet)
+    train_translation(recipe, a.model_dir, data=a.data, progress=not a.quiet)
     return 0
 
 
@@ -192,7 +192,7 @@ def _translate(a, translator: Translator, options: dict) -> int:
     for first, lines in line_batches(a.input, a.batch_size):
         out = translate_lines(translator, lines, first=first, progress=bar and whole,
                               **options)
-        write_lines(a.output, out, mode)
+        write_lines(a.output, out, mode=mode)
         mode = "a"
     if mode == "w":
         write_lines(a.output, [])                          # no input, no lines
@@ -238,7 +238,8 @@ def _precision(asked: str, translator: Translator) -> str:
 # %% ../nbs/09f_cli.ipynb #0462a0d5
 def _run(a) -> int:
     if a.command == "export":
-        print(_EXPORTS[a.to](a.model_dir, a.output, a.quantization, a.force))
+        print(_EXPORTS[a.to](a.model_dir, a.output, quantization=a.quantization,
+                             force=a.force))
         return 0
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -15,6 +15,7 @@ from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .formats import TOKENIZER_FILE
+from .hub import replace_folder
 from .translator import BATCH_SIZE, Translator, encode_sources
 
 # %% ../nbs/09d_export.ipynb #735cdf41
@@ -90,7 +91,7 @@ def ctranslate2_spec(model: Transformer, sp):
 SOURCE_CONFIG = "annotated_transformer.json"   # our config.json, beside the engine's
 
 
-def export_source(model, out_dir, force: bool) -> tuple[Translator, Path]:
+def export_source(model, out_dir, *, force: bool) -> tuple[Translator, Path]:
     """The `Translator` to export (loaded unless given one) and the checked output
     path; `export_onnx` (part 11e) starts from it too."""
     out_dir = Path(out_dir)
@@ -102,7 +103,7 @@ def export_source(model, out_dir, force: bool) -> tuple[Translator, Path]:
     return model, out_dir
 
 
-def export_ctranslate2(model, out_dir, quantization: str | None = None,
+def export_ctranslate2(model, out_dir, *, quantization: str | None = None,
                        force: bool = False) -> Path:
     """Convert `model` (a `Translator`, or a model directory/URL/name for
     `Translator.from_pretrained`) to a CTranslate2 model in `out_dir`, with its
@@ -112,25 +113,26 @@ def export_ctranslate2(model, out_dir, quantization: str | None = None,
     if quantization is not None and quantization not in accepted:
         raise ValueError(f"quantization must be one of {', '.join(accepted)}, "
                          f"got {quantization!r}")
-    model, out_dir = export_source(model, out_dir, force)
+    model, out_dir = export_source(model, out_dir, force=force)
 
     class _Converter(ct2.converters.Converter):
         def _load(self):
             return ctranslate2_spec(model.model, model.sp)
 
-    _Converter().convert(str(out_dir), quantization=quantization, force=force)
-    (out_dir / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
+    new = out_dir.with_name(out_dir.name + ".tmp")      # then in place, whole
+    _Converter().convert(str(new), quantization=quantization, force=True)
+    (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
     config = {"model": vars(model.model.config), "quantization": quantization,
               "src_lang": model.src_lang, "tgt_lang": model.tgt_lang}
-    (out_dir / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
-    return out_dir
+    (new / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
+    return replace_folder(new, out_dir)
 
 # %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:
     """A model written by `export_ctranslate2`, run by CTranslate2 on the CPU.
     `compute_type`: "default" (as stored), "float32", "int8"...; `threads`: per call."""
 
-    def __init__(self, directory, compute_type: str = "default",
+    def __init__(self, directory, *, compute_type: str = "default",
                  threads: int | None = None):
         ct2 = optional_import("ctranslate2", "deploy")
         directory = Path(directory)

@@ -81,7 +81,7 @@ def line_batches(path=None, batch_size: int = BATCH_SIZE):
             first += len(batch)
 
 # %% ../nbs/09e_lines.ipynb #188b57d2
-def write_lines(path, lines: list[str], mode: str = "w") -> None:
+def write_lines(path, lines: list[str], *, mode: str = "w") -> None:
     "Write `lines` to a file (`mode` \"a\": append) or to stdout (`-`), flushed."
     text = "".join(line + "\n" for line in lines)
     if path in (None, "-"):

@@ -8,7 +8,6 @@ import contextlib
 import copy
 import json
 import logging
-import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -22,6 +21,7 @@ from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
+from .hub import replace_folder
 from .translator import BATCH_SIZE, encode_sources
 from .ct2 import export_source
 
@@ -146,7 +146,7 @@ def _exact_halves(path: Path) -> None:
 ONNX_CONFIG = "onnx.json"
 
 
-def export_onnx(model, out_dir, quantization: str | None = None,
+def export_onnx(model, out_dir, *, quantization: str | None = None,
                 force: bool = False) -> Path:
     """Convert `model` (a `Translator`, or a model directory/URL/name for
     `Translator.from_pretrained`) to ONNX in `out_dir`: the encoder, one cached decoder
@@ -155,7 +155,7 @@ def export_onnx(model, out_dir, quantization: str | None = None,
         raise ValueError(f"quantization must be None (float32) or 'int8', "
                          f"got {quantization!r}")
     optional_import("onnxscript", "web")                 # torch.onnx's translator
-    model, out_dir = export_source(model, out_dir, force)
+    model, out_dir = export_source(model, out_dir, force=force)
     net = copy.deepcopy(model.model).cpu().eval()         # the caller's stays as it is
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
@@ -178,9 +178,7 @@ def export_onnx(model, out_dir, quantization: str | None = None,
                    "quantization": quantization, "src_lang": model.src_lang,
                    "tgt_lang": model.tgt_lang}
         (new / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        new.rename(out_dir)
+        replace_folder(new, out_dir)                    # whole, on the disk
     return out_dir
 
 # %% ../nbs/09dd_onnx.ipynb #9bfb1382
@@ -188,7 +186,7 @@ class OnnxTranslator:
     """A model written by `export_onnx`, run by onnxruntime on the CPU: greedy
     `translate` (the arguments of `Translator.translate`, beam search aside)."""
 
-    def __init__(self, directory, threads: int | None = None):
+    def __init__(self, directory, *, threads: int | None = None):
         ort = optional_import("onnxruntime", "web")
         directory = Path(directory)
         self.config = json.loads((directory / ONNX_CONFIG).read_text())

@@ -231,7 +231,7 @@ def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: 
     _say(progress, f"saved {model_dir} ({total:.1f} min)")
 
 # %% ../nbs/09c_recipe.ipynb #588f8ee8
-def train_translation(recipe: TranslationRecipe, model_dir, data=None,
+def train_translation(recipe: TranslationRecipe, model_dir, *, data=None,
                       progress: bool = True) -> Translator:
     """Train `recipe` on Multi30k (`data`: a folder of its text files, see
     `load_multi30k`) into `model_dir`, resuming a run there; returns the `Translator`

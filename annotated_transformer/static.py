@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from .formats import BOS_ID, EOS_ID
-from .utils import eval_mode
+from .utils import caller_stacklevel, eval_mode
 from .attention import attention
 from .embeddings import PositionalEncoding
 from .model import Transformer
@@ -210,7 +210,7 @@ class CompiledStep:
                 why = (str(e).strip().splitlines() or [""])[0][:200]
                 warnings.warn(f"torch.compile of the decoding step failed "
                               f"({type(e).__name__}: {why}); decoding eagerly",
-                              RuntimeWarning, stacklevel=2)
+                              RuntimeWarning, stacklevel=caller_stacklevel())
         return static_step(model, token, t, cache)
 
 

@@ -24,12 +24,12 @@ from .distributed import (
     barrier, gather_rng_states, rank0_decides, world)
 from .batching import (
     TokenBatchSampler, batch_stream, fixed_batches, make_batch, pair_lengths)
-from annotated_transformer.training import (
-    EPS_LS, LossMeter, evaluate, log_metrics, make_optimizer, read_metrics,
-    train_step, truncate_metrics)
-from annotated_transformer.checkpoints import (
-    checkpoint_dir, checkpoint_step, list_checkpoints, load_checkpoint, read_state,
-    save_checkpoint)
+from .training import (
+    EPS_LS, LossMeter, evaluate, log_metrics, make_optimizer,
+    read_metrics, train_step, truncate_metrics)
+from .checkpoints import (
+    checkpoint_dir, checkpoint_step, list_checkpoints,
+    load_checkpoint, read_state, save_checkpoint)
 
 # %% ../nbs/06c_trainer.ipynb #4e92bc35
 def _check_settings(c) -> None:
@@ -206,12 +206,19 @@ class _Signals:
         return int(t.item())
 
 # %% ../nbs/06c_trainer.ipynb #df635dac
-def _check_train_args(train_pairs, run_dir, on_checkpoint) -> None:
+def _check_train_args(model, train_pairs, run_dir, on_checkpoint) -> None:
+    "Mistakes refused before anything is built; the ids once, here, not at each step."
     if len(train_pairs) == 0:
         raise ValueError("train_pairs must hold at least one pair, got none")
     if on_checkpoint is not None and run_dir is None:
         raise ValueError("on_checkpoint needs a run_dir: it is called after "
                          "checkpoints")
+    for side, embed in enumerate((model.src_embed, model.tgt_embed)):
+        size = embed.num_embeddings
+        bad = next((i for p in train_pairs for i in p[side] if not 0 <= i < size), None)
+        if bad is not None:
+            raise ValueError(f"train_pairs hold the {('source', 'target')[side]} id "
+                             f"{bad}, outside the vocabulary (0..{size - 1})")
 
 
 def _data(train_pairs, valid_pairs, c: TrainConfig, state: dict, pad_id: int):
@@ -261,7 +268,7 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
     torch.distributed (page 0b); the precision is resolved once at the start
     ("auto": page 0c) or kept on resuming. After SIGTERM or SIGINT: the update
     ends, a checkpoint is written, and `TrainingInterrupted` is raised."""
-    _check_train_args(train_pairs, run_dir, on_checkpoint)
+    _check_train_args(model, train_pairs, run_dir, on_checkpoint)
     rank, device = world()[0], next(model.parameters()).device
     run_dir, pad_id = Path(run_dir) if run_dir else None, model.config.pad_id
     log = run_dir / METRICS_FILE if run_dir and rank == 0 else None

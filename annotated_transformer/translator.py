@@ -40,10 +40,10 @@ from .model import Transformer, make_model
 from .checkpoints import load_weights, model_tensors, save_weights
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
-from .quantization import (
-    bf16_weights, column_major, quantize_int8)
+from .quantization import bf16_weights, column_major, quantize_int8
 from .data import decode_ids, load_tokenizer, normalize_line
-from .hub import file_sha256, need_file, read_config, resolve_model
+from .hub import (
+    file_sha256, need_file, read_config, resolve_model, write_files)
 
 # %% ../nbs/09bb_translator_details.ipynb #46cbe12f
 _STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -68,22 +68,23 @@ def _stored(model: nn.Module, dtype) -> nn.Module:
 def save_model_dir(directory, model: Transformer, *, sp, info: dict, dtype=None,
                    extra_files=()) -> Path:
     """Write config.json, model.safetensors and tokenizer.model into `directory`,
-    readable by all. config.json holds the model's configuration, `info` (languages,
-    notes), the stored dtype and the sha256 of the weights, the tokenizer and
-    `extra_files` (names of files already in `directory`)."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    stored = _stored(model, dtype)
-    save_weights(directory / WEIGHTS_FILE, stored)
-    (directory / TOKENIZER_FILE).write_bytes(sp.serialized_model_proto())
-    names = [WEIGHTS_FILE, TOKENIZER_FILE, *extra_files]
+    durably, readable by all; config.json holds the configuration, `info`, the stored
+    dtype and the sha256 of each file, `extra_files` (already in `directory`) too."""
+    directory, stored = Path(directory), _stored(model, dtype)
+    proto = sp.serialized_model_proto()
     meta = {"format": MODEL_FORMAT, "model": asdict(model.config),
             "vocab_size": sp.get_piece_size(), **info,
-            "dtype": str(next(stored.parameters()).dtype).removeprefix("torch."),
-            "files": {n: file_sha256(directory / n) for n in names}}
-    (directory / CONFIG_FILE).write_text(json.dumps(meta, indent=1) + "\n")
-    for name in (CONFIG_FILE, *names):
-        os.chmod(directory / name, 0o644)     # a temporary file is born 0600
+            "dtype": str(next(stored.parameters()).dtype).removeprefix("torch.")}
+    def config(path: Path) -> None:        # written last: it lists the others' sha256
+        names = [WEIGHTS_FILE, TOKENIZER_FILE, *extra_files]
+        meta["files"] = {n: file_sha256(directory / n) for n in names}
+        path.write_text(json.dumps(meta, indent=1) + "\n")
+    needed = len(proto) + sum(t.nbytes for t in model_tensors(stored).values())
+    write_files(directory, {WEIGHTS_FILE: lambda p: save_weights(p, stored),
+                            TOKENIZER_FILE: lambda p: p.write_bytes(proto),
+                            CONFIG_FILE: config}, needed=needed)
+    for name in extra_files:
+        os.chmod(directory / name, 0o644)     # readable by all, as the others
     return directory
 
 
@@ -91,7 +92,7 @@ def load_model_dir(source, *, device=None, cache_dir=None) -> tuple:
     """`(model, sp, meta)` of a model directory, its URL or a shipped model's name (see
     `resolve_model`), unpickling nothing; `meta` is config.json plus "directory".
     `device`: the fastest; 16-bit weights are cast to float32."""
-    directory = resolve_model(source, cache_dir)
+    directory = resolve_model(source, cache_dir=cache_dir)
     meta = read_config(need_file(directory / CONFIG_FILE))
     sp_path = need_file(directory / TOKENIZER_FILE)
     sp = load_tokenizer(sp_path)

@@ -40,7 +40,8 @@ def load(name: str, model_dir: str, ct2_dirs: dict, threads: int):
         return lambda s, k: ours.translate(s, beam_size=k, precision=precision)
     from annotated_transformer.ct2 import CT2Translator
     kind = name.split()[1]
-    engine = CT2Translator(ct2_dirs[kind], {"fp32": "float32"}.get(kind, kind), threads)
+    engine = CT2Translator(ct2_dirs[kind], compute_type={"fp32": "float32"}.get(kind, kind),
+                           threads=threads)
     return lambda s, k: engine.translate(s, beam_size=k)
 
 
@@ -117,7 +118,7 @@ def main(argv=None) -> None:
     tmp = Path(tempfile.mkdtemp())
     ours = Translator.from_pretrained(a.model_dir, device="cpu")
     ct2_dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
-                "int8": str(export_ctranslate2(ours, tmp / "int8", "int8"))}
+                "int8": str(export_ctranslate2(ours, tmp / "int8", quantization="int8"))}
     data = tmp / "sentences.json"
     data.write_text(json.dumps([sources, alone]))
     engines = [e for e in ENGINES if e != "ours bf16" or native_bf16("cpu")]

@@ -32,7 +32,7 @@ def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> d
         {"max_minutes": None, "bleu_every": bleu_every, "bleu_sentences": None,
          **overrides}, where=name)
     t0 = time.perf_counter()
-    translator = train_translation(recipe, out / name, data)
+    translator = train_translation(recipe, out / name, data=data)
     minutes = (time.perf_counter() - t0) / 60
     val = load_multi30k(data)["validation"]
     t1 = time.perf_counter()

@@ -22,7 +22,8 @@ from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
 @pytest.mark.parametrize("changes", VARIANTS, ids=VARIANT_IDS)
 def test_scores_and_greedy_match(tmp_path, sp, changes):
     translator = small_translator(sp, len(changes), **changes)
-    engine = CT2Translator(export_ctranslate2(translator, tmp_path / "ct2"), "float32")
+    engine = CT2Translator(export_ctranslate2(translator, tmp_path / "ct2"),
+                           compute_type="float32")
     gen = torch.Generator().manual_seed(0)
     sources = [torch.randint(4, sp.get_piece_size(), (n,), generator=gen).tolist()
                for n in (3, 7, 12)]
@@ -60,7 +61,8 @@ def test_export_leaves_the_model_alone(tmp_path, sp):
     translator = small_translator(sp, 0)
     before = {k: v.clone() for k, v in translator.model.state_dict().items()}
     for quantization in (None, "int8", "bfloat16"):
-        export_ctranslate2(translator, tmp_path / str(quantization), quantization)
+        export_ctranslate2(translator, tmp_path / str(quantization),
+                           quantization=quantization)
     for k, v in translator.model.state_dict().items():
         assert torch.equal(v, before[k]), k
 

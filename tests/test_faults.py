@@ -383,3 +383,59 @@ if __name__ == "__main__":        # the SIGTERM test's driver, ending as a comma
     except TrainingInterrupted as e:
         print(e, file=sys.stderr)
         sys.exit(e.code)
+
+
+def tiny_translator():
+    "A tiny model with the shipped tokenizer: what `save_pretrained` writes, small."
+    from annotated_transformer.data import load_tokenizer
+    from annotated_transformer.translator import Translator
+    sp = load_tokenizer(Path(__file__).resolve().parents[1]
+                        / "models/multi30k_en_de/tokenizer.model")
+    torch.manual_seed(0)
+    size = sp.get_piece_size()
+    return Translator(make_model(size, size, TransformerConfig.preset("tiny")), sp)
+
+
+MODEL_FILES = ("model.safetensors", "tokenizer.model", "config.json")
+
+
+def test_a_model_directory_is_flushed_before_and_after_each_rename(tmp_path,
+                                                                   monkeypatch):
+    translator = tiny_translator()
+    flushed = record_fsyncs(monkeypatch)
+    folder = translator.save_pretrained(tmp_path / "model")
+    # each file under a temporary name, flushed, renamed into place, then its folder
+    assert [p.name for p in flushed[0::2]] == [f".{n}.tmp" for n in MODEL_FILES]
+    assert flushed[1::2] == [folder] * 3, flushed
+    assert sorted(p.name for p in folder.iterdir()) == sorted(MODEL_FILES)
+
+
+def test_a_full_disk_while_saving_a_model_is_one_line(tmp_path, monkeypatch):
+    translator = tiny_translator()
+    folder = translator.save_pretrained(tmp_path / "model")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def no_room(*args, **kwargs):          # what safetensors raises on a full disk
+        raise SafetensorError("Error while serializing: I/O error: No space left on "
+                              "device (os error 28)")
+    monkeypatch.setattr(checkpoints, "save_file", no_room)
+    with pytest.raises(CheckpointWriteError) as caught:
+        translator.save_pretrained(folder)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(
+        f"no space left on device for model directory {folder}: it needs at least ")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before   # no .tmp left
+
+
+def test_an_export_replaces_its_folder_whole(tmp_path, monkeypatch):
+    from annotated_transformer.hub import replace_folder
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old.onnx").write_text("old")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "new.onnx").write_text("new")
+    flushed = record_fsyncs(monkeypatch)
+    replace_folder(tmp_path / "new", tmp_path / "out")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.onnx"]
+    assert flushed[:2] == [tmp_path / "new" / "new.onnx", tmp_path / "new"]
+    assert flushed[-1] == tmp_path                       # the rename, on the disk

@@ -109,3 +109,39 @@ def test_the_scan_reads_absolute_imports(tmp_path):
     graph = core_graph(tmp_path)
     assert graph["cli"] == {"__init__"} and graph["model"] == {"cli"}
     assert any("__init__" in deps for deps in graph.values())   # what the test above refuses
+
+
+def absolute_self_imports(package: Path = PACKAGE) -> list[str]:
+    """Imports of the package by its own name inside it. nbdev makes
+    `from annotated_transformer.x import ...` relative, but misses a parenthesised import
+    whose last line is shorter than its first (it slices the first line at the last
+    line's end column); an absolute self-import ties the code to the installed name."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "_modidx.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [])
+            found += [f"{path.relative_to(package)}:{node.lineno}: {name}" for name in names
+                      if name.split(".")[0] == "annotated_transformer"]
+    return found
+
+
+def test_no_module_imports_the_package_by_name():
+    assert absolute_self_imports() == []
+
+
+def test_the_self_import_scan_would_catch_one(tmp_path):
+    (tmp_path / "a.py").write_text("from annotated_transformer.training import (\n"
+                                   "    evaluate,\n    lrate)\nimport annotated_transformer\n")
+    assert absolute_self_imports(tmp_path) == [
+        "a.py:1: annotated_transformer.training", "a.py:4: annotated_transformer"]
+
+
+def test_no_core_module_over_300_lines():
+    "One concern per module: a core module past 300 lines is doing too much (issue 38)."
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}   # nbdev's index
+    assert {name: n for name, n in sizes.items() if n > 300} == {}
