@@ -2,8 +2,8 @@
 
 # %% auto #0
 __all__ = ['REPOSITORY_URL', 'SOURCE_REF', 'SHIPPED_MODELS', 'RAW_HOST', 'MODEL_HOST_ENV', 'CACHE_ENV', 'need_file',
-           'read_config', 'file_sha256', 'repository_url', 'model_url', 'DownloadError', 'download_model',
-           'write_files', 'replace_folder', 'resolve_model']
+           'read_config', 'file_sha256', 'repository_url', 'repository_json', 'model_url', 'DownloadError',
+           'download_model', 'write_files', 'replace_folder', 'resolve_model']
 
 # %% ../nbs/09a_hub.ipynb #b41c15d5
 import hashlib
@@ -78,6 +78,15 @@ def repository_url(path: str) -> str:
     host = (os.environ.get(MODEL_HOST_ENV) or RAW_HOST).rstrip("/")
     repo = urllib.parse.urlparse(REPOSITORY_URL).path    # /<org>/<repo>
     return f"{host}{repo}/{SOURCE_REF}/{path}"
+
+
+def repository_json(path: str, root=None) -> dict:
+    """The JSON file `path` of the repository (a results file a page reads): from the
+    checkout `root` where it has it, else downloaded from the repository's ref."""
+    if root is not None and (Path(root) / path).is_file():
+        return json.loads((Path(root) / path).read_text())
+    with urllib.request.urlopen(repository_url(path)) as f:
+        return json.loads(f.read())
 
 
 def model_url(name: str) -> str:
