@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from .utils import caller_stacklevel
+from .utils import caller_stacklevel, default_device
 
 # %% ../nbs/00c_precision.ipynb #20ba8af5
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
@@ -28,10 +28,15 @@ _BF16_UNITS = {"avx512_bf16": ("AVX-512 BF16", "_is_avx512_bf16_supported"),
 
 
 def _device(device=None) -> torch.device:
-    "`device`, or by default the GPU if there is one, else the CPU."
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    "`device`, or by default the fastest there is (chapter 0's `default_device`)."
+    return default_device() if device is None else torch.device(device)
+
+
+def _fp16_needs_cuda(precision: str, device: torch.device) -> None:
+    "The one error of fp16 anywhere but on CUDA (autocast and its loss scaling)."
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(f"fp16 needs a CUDA device and a gradient scaler, not "
+                         f"{device}; use bf16 or auto")
 
 
 def _cpu_bf16_units() -> list[str]:
@@ -87,9 +92,7 @@ def resolve_precision(precision: str = "auto", device=None) -> tuple[str, str]:
     device runs at full speed. A named precision (fp16: CUDA only) is kept as asked."""
     check_precision(precision)
     device = _device(device)
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"fp16 needs a CUDA device and a gradient scaler, not "
-                         f"{device}; use bf16 or auto")
+    _fp16_needs_cuda(precision, device)
     if precision == "auto":
         native, why = _bf16_support(device)
         chosen = "bf16" if native else "fp32"
@@ -161,9 +164,7 @@ def precision_context(device, precision: str = "fp32"):
     device = torch.device(device)
     if precision == "fp32":
         return nullcontext()
-    if precision == "fp16" and device.type != "cuda":
-        raise ValueError(f"fp16 needs a CUDA device and a gradient scaler, "
-                         f"not {device}; use bf16")
+    _fp16_needs_cuda(precision, device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     return torch.autocast(device.type, dtype=dtype)
 

@@ -19,10 +19,9 @@ import time
 import torch
 
 from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.formats import BOS_ID, EOS_ID
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.quantization import column_major
-
-BOS_ID, EOS_ID = 1, 2
 
 
 def best_time(fn, repeats: int):

@@ -8,7 +8,7 @@ effects worth detecting, finds the seeds a two-sided paired t test needs to find
 with 80% power when its p value must pass Holm's first and strictest step over all rows
 (0.05 / rows). Power comes from simulation: the t statistic of `seeds` normal differences
 with that mean and spread, 200,000 times. The result goes to
-bench/results/table3_power.json, written before the runs it sizes:
+bench/results/table3_power.json, written before the runs it sized (bench/table3_seeds.json):
 
     python bench/power_table3.py
 """

@@ -46,6 +46,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from annotated_transformer.formats import CONFIG_FILE
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench/results/chapter_times.json"
 INTRO = ROOT / "book/intro.md"
@@ -79,8 +81,8 @@ def _visible_code(path: Path) -> str:
 
 
 def _model_bytes() -> int:
-    config = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
-    return sum((MODEL / name).stat().st_size for name in ["config.json", *config["files"]])
+    config = json.loads((MODEL / CONFIG_FILE).read_text(encoding="utf-8"))
+    return sum((MODEL / name).stat().st_size for name in [CONFIG_FILE, *config["files"]])
 
 
 def _data_bytes(folder: Path = DATA) -> int | None:

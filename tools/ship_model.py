@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE
+from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE
 from annotated_transformer.translator import Translator, corpus_bleu
 from annotated_transformer.utils import hardware
 
@@ -131,7 +131,7 @@ def main():
     score, signature = corpus_bleu(hyps, ref)
     print(score, signature, sep="\n")
 
-    recipe = json.loads((a.run_dir / "recipe.json").read_text())
+    recipe = json.loads((a.run_dir / RECIPE_FILE).read_text())
     m, t, notes = recipe["model"], recipe["train"], shipped.notes
     card = CARD.format(
         bleu=score.score, signature=signature, seconds=seconds,
