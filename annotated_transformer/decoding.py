@@ -38,20 +38,20 @@ MAX_LEN_A = 1       # output of at most MAX_LEN_A * input length + MAX_LEN_B tok
 MAX_LEN_B = 50      # §6.1's "input length + 50"
 
 # %% ../nbs/07_decoding.ipynb #aab53b7c
-def greedy_loop(model: nn.Module, next_logp, *, limit: Tensor, bos_id: int, eos_id: int,
+def greedy_loop(next_logp, *, limit: Tensor, pad_id: int, bos_id: int, eos_id: int,
                 min_len: int) -> tuple[Tensor, Tensor]:
     """Greedy search (§6.1): the most probable next token by `next_logp(tokens)`, the
     log-probabilities `(batch, vocab)` after `tokens` `(batch, step)`, until EOS or
     `limit` `(batch,)`; ids and summed log-probabilities, as `greedy_decode` gives."""
-    batch, pad, dev = limit.size(0), model.config.pad_id, limit.device
+    batch, dev = limit.size(0), limit.device
     tokens = torch.full((batch, 1), bos_id, device=dev)           # (batch, step)
     scores = torch.zeros(batch, device=dev)              # float32 whatever the model
     done = torch.zeros(batch, dtype=torch.bool, device=dev)
     for step in range(1, int(limit.max()) + 1):
-        logp = forbid_tokens(next_logp(tokens), step, model, bos_id, eos_id, min_len)
+        logp = forbid_tokens(next_logp(tokens), step, pad_id, bos_id, eos_id, min_len)
         best_logp, best = logp.max(dim=-1)                        # (batch,)
         scores += best_logp.masked_fill(done, 0.0)
-        tokens = torch.cat([tokens, best.masked_fill(done, pad)[:, None]], dim=1)
+        tokens = torch.cat([tokens, best.masked_fill(done, pad_id)[:, None]], dim=1)
         done |= (best == eos_id) | (step >= limit)
         if done.all():
             break
@@ -71,8 +71,8 @@ def greedy_decode(model: nn.Module, src: Tensor, *, bos_id: int = BOS_ID,
                                                    max_len_b)
         cache = model.init_cache() if use_cache else None
         step = lambda tokens: decode_step(model, memory, src_mask, tokens, cache)
-        return greedy_loop(model, step, limit=limit, bos_id=bos_id, eos_id=eos_id,
-                           min_len=min_len)
+        return greedy_loop(step, limit=limit, pad_id=model.config.pad_id,
+                           bos_id=bos_id, eos_id=eos_id, min_len=min_len)
 
 # %% ../nbs/07_decoding.ipynb #9c2943d9
 def length_penalty(length, alpha: float = LENGTH_ALPHA):
@@ -102,7 +102,7 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
         order = torch.arange(src.size(0), device=src.device)  # sentences still searched
         for step in range(1, int(limit.max()) + 1):
             logp = decode_step(model, memory, src_mask, tokens, cache)
-            logp = forbid_tokens(logp, step, model, bos_id, eos_id, min_len)
+            logp = forbid_tokens(logp, step, pad, bos_id, eos_id, min_len)
             top, beam, tok, ended = beam_candidates(live, logp, step, limit, eos_id,
                                                     alpha)
             fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,
@@ -151,11 +151,11 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
     return model.encode(src, src_mask=src_mask), src_mask, limit
 
 # %% ../nbs/07c_decoding_details.ipynb #538ce758
-def forbid_tokens(logp: Tensor, step: int, model: nn.Module, bos_id: int, eos_id: int,
+def forbid_tokens(logp: Tensor, step: int, pad_id: int, bos_id: int, eos_id: int,
                   min_len: int) -> Tensor:
     """Forbid padding and BOS as outputs, and EOS at steps 1..min_len (in place).
     A building block of the searches of chapter 9 and part 9b (`static`)."""
-    forbidden = [model.config.pad_id] + ([bos_id] if bos_id != eos_id else [])
+    forbidden = [pad_id] + ([bos_id] if bos_id != eos_id else [])
     if step <= min_len:
         forbidden.append(eos_id)
     logp[:, forbidden] = -math.inf

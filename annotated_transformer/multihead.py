@@ -34,20 +34,19 @@ class _HeadProjections(nn.Module):
         "One projection into h heads: (batch, n, h·d_k) → (batch, h, n, d_k)."
         return x.unflatten(-1, (self.n_heads, self.d_k)).transpose(1, 2)
 
-    _split = split_heads  # an alias, used by parts 5b and 9b and chapter 12
-
-    def _in_proj(self, x: Tensor, first: int, last: int) -> Tensor:
+    def project_blocks(self, x: Tensor, first: int, last: int) -> Tensor:
         "x times the blocks first..last-1 of [W^Q; W^K; W^V] (0 = W^Q), biases too."
         rows, b = slice(first * self.d_model, last * self.d_model), self.in_proj.bias
         return F.linear(x, self.in_proj.weight[rows], None if b is None else b[rows])
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor):
+    def project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple:
+        "QW^Q, KW^K, VW^V of §3.2.2 for all heads at once, `(batch, n, h·d_k)` each."
         if query is key and key is value:       # self-attention: one fused projection
             return self.in_proj(query).chunk(3, dim=-1)
-        q = self._in_proj(query, 0, 1)
+        q = self.project_blocks(query, 0, 1)
         if key is value:                     # cross-attention: keys, values together
-            return q, *self._in_proj(key, 1, 3).chunk(2, dim=-1)
-        return q, self._in_proj(key, 1, 2), self._in_proj(value, 2, 3)
+            return q, *self.project_blocks(key, 1, 3).chunk(2, dim=-1)
+        return q, self.project_blocks(key, 1, 2), self.project_blocks(value, 2, 3)
 
 # %% ../nbs/02_multihead.ipynb #95893431
 class MultiHeadAttention(_HeadProjections):
@@ -95,8 +94,8 @@ def _project_heads(mha: _HeadProjections, query: Tensor, key: Tensor, value: Ten
     cached, and cross-attention computes the encoder's at the first step only."""
     self_attention = query is key and key is value
     if cache is not None and not self_attention and "k" in cache:
-        return mha.split_heads(mha._in_proj(query, 0, 1)), cache["k"], cache["v"]
-    q, k, v = map(mha.split_heads, mha._project(query, key, value))
+        return mha.split_heads(mha.project_blocks(query, 0, 1)), cache["k"], cache["v"]
+    q, k, v = map(mha.split_heads, mha.project(query, key, value))
     if cache is not None:
         if self_attention and "k" in cache:  # append this step's keys, values
             k = torch.cat([cache["k"], k], dim=2)

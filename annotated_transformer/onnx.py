@@ -19,11 +19,12 @@ from .utils import optional_import
 from .attention import padding_mask
 from .model import Transformer
 from .data import load_tokenizer
-from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
+from .decoding import (
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, greedy_loop, output_ids)
 from .formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
 from .hub import replace_folder
-from .translator import BATCH_SIZE, encode_sources
-from .ct2 import export_source
+from .translator import (
+    BATCH_SIZE, export_source, translate_batched)
 
 # %% ../nbs/09dd_onnx.ipynb #cb445852
 class _Encoder(nn.Module):
@@ -183,8 +184,7 @@ def export_onnx(model, out_dir, *, quantization: str | None = None,
 
 # %% ../nbs/09dd_onnx.ipynb #9bfb1382
 class OnnxTranslator:
-    """A model written by `export_onnx`, run by onnxruntime on the CPU: greedy
-    `translate` (the arguments of `Translator.translate`, beam search aside)."""
+    "A model written by `export_onnx`, run by onnxruntime on the CPU; greedy only."
 
     def __init__(self, directory, *, threads: int | None = None):
         ort = optional_import("onnxruntime", "web")
@@ -201,9 +201,8 @@ class OnnxTranslator:
     def start(self, rows: list[list[int]]) -> tuple:
         "Source mask, cross-attention caches, empty self-attention caches of a batch."
         np, c = optional_import("numpy", "web"), self.config
-        src = np.full((len(rows), max(map(len, rows))), c["pad_id"], dtype=np.int64)
-        for i, r in enumerate(rows):
-            src[i, :len(r)] = r
+        S = max(map(len, rows))                                     # padded length
+        src = np.array([r + [c["pad_id"]] * (S - len(r)) for r in rows], np.int64)
         cross = self.encoder.run(None, {"src": src})
         empty = np.zeros((len(rows), c["model"]["n_heads"], 0, c["d_k"]), np.float32)
         return (src != c["pad_id"])[:, None, :], cross, [empty] * len(cross)
@@ -216,34 +215,32 @@ class OnnxTranslator:
         return out[0], out[1:1 + len(past)], out[1 + len(past):]
 
     def translate(self, sentences, *, batch_size: int = BATCH_SIZE,
-                  max_len_b: int = MAX_LEN_B):
-        "Greedy translations of `sentences` (or of one string), in order."
-        if isinstance(sentences, str):
-            return _onnx_translate(self, [sentences], batch_size, max_len_b)[0]
-        return _onnx_translate(self, sentences, batch_size, max_len_b)
+                  max_len_b: int = MAX_LEN_B) -> list[str] | str:
+        "As `Translator.translate` with `beam_size=1`: greedy translations, in order."
+        one, table = isinstance(sentences, str), self.config["model"]["max_len"]
+        out = translate_batched(self.sp, [sentences] if one else sentences,
+                                lambda rows: _onnx_greedy(self, rows, max_len_b),
+                                max_len=table, max_len_b=max_len_b,
+                                batch_size=batch_size)
+        return out[0] if one else out
 
 # %% ../nbs/09dd_onnx.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
-    """Greedy output ids (without BOS and EOS) for one batch of source id lists;
-    padding and BOS are never chosen, as in chapter 9's searches (part 9c)."""
-    np, c = optional_import("numpy", "web"), engine.config
+    """Greedy output ids (without BOS and EOS) for one batch of source id lists, by
+    chapter 9's `greedy_loop` over the exported step."""
+    c, longest = engine.config, max(map(len, rows))
+    _check_onnx_lengths(engine, longest, longest + max_len_b)
     mask, cross, past = engine.start(rows)
-    limit = np.array([len(r) for r in rows]) + max_len_b
-    token = np.full((len(rows), 1), c["bos_id"], dtype=np.int64)
-    done, out = np.zeros(len(rows), bool), [[] for _ in rows]
-    for step in range(1, int(limit.max()) + 1):
-        logp, past, _ = engine.next(token, mask, cross, past)
-        logp[:, [c["pad_id"], c["bos_id"]]] = -np.inf
-        token = logp.argmax(-1)[:, None].astype(np.int64)
-        for i in np.flatnonzero(~done):
-            if token[i, 0] == c["eos_id"]:
-                done[i] = True
-            else:
-                out[i].append(int(token[i, 0]))
-        done |= step >= limit
-        if done.all():
-            break
-    return out
+
+    def next_logp(tokens: torch.Tensor) -> torch.Tensor:   # (rows, step) -> (rows, V)
+        nonlocal past
+        logp, past, _ = engine.next(tokens[:, -1:].numpy(), mask, cross, past)
+        return torch.from_numpy(logp)
+
+    limit = torch.tensor([len(r) for r in rows]) + max_len_b
+    tokens, _ = greedy_loop(next_logp, limit=limit, pad_id=c["pad_id"],
+                            bos_id=c["bos_id"], eos_id=c["eos_id"], min_len=0)
+    return output_ids(tokens, c["eos_id"], c["pad_id"])
 
 # %% ../nbs/09dd_onnx.ipynb #b66c3b79
 def _check_onnx_lengths(engine: OnnxTranslator, n_src: int, n_out: int) -> None:
@@ -252,22 +249,6 @@ def _check_onnx_lengths(engine: OnnxTranslator, n_src: int, n_out: int) -> None:
     if n_src > table or n_out > table:
         raise ValueError(f"{n_src} source and up to {n_out} output positions, but the "
                          f"model's positional table has max_len={table}")
-
-
-def _onnx_translate(engine: OnnxTranslator, sentences, batch_size: int,
-                    max_len_b: int) -> list[str]:
-    "As `OnnxTranslator.translate`: batches of similar length, results in order."
-    table = engine.config["model"]["max_len"]
-    _check_onnx_lengths(engine, 1, 1 + max_len_b)
-    ids = encode_sources(engine.sp, sentences, max_len=table, max_len_b=max_len_b)
-    order = sorted((i for i, r in enumerate(ids) if r), key=lambda i: len(ids[i]))
-    out = [""] * len(ids)
-    for first in range(0, len(order), batch_size):
-        batch = order[first:first + batch_size]
-        found = _onnx_greedy(engine, [ids[i] for i in batch], max_len_b)
-        for i, tokens in zip(batch, found):
-            out[i] = engine.sp.decode(tokens)
-    return out
 
 
 def onnx_log_probs(engine: OnnxTranslator, src_ids: list[int], tgt_ids: list[int]):

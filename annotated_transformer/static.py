@@ -49,7 +49,8 @@ class StaticCache:
         for layer, k_buf, v_buf in zip(model.decoder.layers, self.cross_k,
                                        self.cross_v):
             mha = layer.cross_attn                  # W^K, W^V: chapter 2's projections
-            k, v = map(mha._split, mha._in_proj(memory, 1, 3).chunk(2, dim=-1))
+            kv = mha.project_blocks(memory, 1, 3)             # (rows, S, 2·d_model)
+            k, v = map(mha.split_heads, kv.chunk(2, dim=-1))
             k_buf.zero_()[:, :, :S], v_buf.zero_()[:, :, :S] = k, v
 
     def reorder(self, rows: Tensor, length: int) -> None:
@@ -72,7 +73,7 @@ def _heads_out(mha: nn.Module, out: Tensor) -> Tensor:
 def _self_attend(mha: nn.Module, y: Tensor, t: Tensor, k_buf: Tensor, v_buf: Tensor,
                  seen: Tensor) -> Tensor:
     "Masked self-attention of the new position `t`; its key and value written at t."
-    q, k, v = map(mha._split, mha._project(y, y, y))        # (rows, h, 1, d_k)
+    q, k, v = map(mha.split_heads, mha.project(y, y, y))    # (rows, h, 1, d_k)
     k_buf.index_copy_(2, t, k.to(k_buf.dtype))
     v_buf.index_copy_(2, t, v.to(v_buf.dtype))
     return _heads_out(mha, attention(q, k_buf, v_buf, mask=seen)[0])
@@ -81,7 +82,7 @@ def _self_attend(mha: nn.Module, y: Tensor, t: Tensor, k_buf: Tensor, v_buf: Ten
 def _cross_attend(mha: nn.Module, y: Tensor, k_buf: Tensor, v_buf: Tensor,
                   src_mask: Tensor) -> Tensor:
     "Attention of the new position to the encoder's keys and values, already cached."
-    q = mha._split(mha._in_proj(y, 0, 1))                   # W^Q only
+    q = mha.split_heads(mha.project_blocks(y, 0, 1))        # W^Q only
     return _heads_out(mha, attention(q, k_buf, v_buf, mask=src_mask)[0])
 
 # %% ../nbs/07b_static.ipynb #9dee52f4
@@ -130,8 +131,8 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
             t = torch.tensor([tokens.size(1) - 1], device=src.device)   # last position
             return step(model, _last(tokens), t, cache)
 
-        return greedy_loop(model, next_logp, limit=limit, bos_id=bos_id,
-                           eos_id=eos_id, min_len=min_len)
+        return greedy_loop(next_logp, limit=limit, pad_id=model.config.pad_id,
+                           bos_id=bos_id, eos_id=eos_id, min_len=min_len)
 
 # %% ../nbs/07b_static.ipynb #2857865f
 def _static_beams(model: Transformer, memory: Tensor, src_mask: Tensor, K: int,
@@ -172,7 +173,7 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
         searching, every = torch.ones(B, dtype=torch.bool, device=dev), torch.arange(B)
         for s in range(1, steps + 1):
             logp = step(model, _last(tokens), torch.tensor([s - 1], device=dev), cache)
-            logp = forbid_tokens(logp, s, model, bos_id, eos_id, min_len)
+            logp = forbid_tokens(logp, s, pad, bos_id, eos_id, min_len)
             top, beam, tok, ended = beam_candidates(live, logp, s, limit, eos_id, alpha)
             fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,
                                                     tokens, beam, tok, pad)

@@ -106,7 +106,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
     scaler = scaler or grad_scaler(device, precision)
     n_processes = world()[1]
     n_tokens = all_sum(sum(b.n_tgt_tokens for b in batches), device)
-    total = 0.0
+    losses = []
     for i, b in enumerate(batches):
         last = i == len(batches) - 1
         ddp = isinstance(model, DistributedDataParallel)
@@ -118,7 +118,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
                                         pad_id=pad_id, reduction="sum")
             # DDP averages gradients over the processes: × their number gives the sum
             scaler.scale(loss * (n_processes / n_tokens)).backward()
-        total += loss.item()
+        losses.append(loss.detach())    # read after the last backward, not between
     scaler.unscale_(optimizer)
     grad_norm = nn.utils.clip_grad_norm_(model.parameters(), clip_norm or math.inf)
     lr = optimizer.param_groups[0]["lr"]
@@ -126,6 +126,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
+    total = sum(torch.stack(losses).cpu().tolist())      # one wait for the device
     return {"loss": all_sum(total, device) / n_tokens, "lr": lr,
             "tokens": int(n_tokens), "grad_norm": grad_norm.item()}
 

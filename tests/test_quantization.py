@@ -82,17 +82,17 @@ def test_column_major_copy_keeps_values_ties_and_outputs(model, src):
 def test_translator_copies_follow_the_weights(model):
     """A decoding copy is made once and made again after the model's weights change in
     place (an optimiser step), never a stale one."""
-    from annotated_transformer.translator import _decoding_model
+    from annotated_transformer.quantization import decoding_model
     cpu, kept = torch.device("cpu"), {}
-    first = {p: _decoding_model(model, p, cpu, kept) for p in ("fp32", "int8")}
-    assert all(_decoding_model(model, p, cpu, kept) is m for p, m in first.items())
+    first = {p: decoding_model(model, p, cpu, kept) for p in ("fp32", "int8")}
+    assert all(decoding_model(model, p, cpu, kept) is m for p, m in first.items())
     w, old = model.generator.bias, model.generator.bias[0].item()
     with torch.no_grad():
         w[0] = old + 1.0
     try:
-        again = _decoding_model(model, "fp32", cpu, kept)
+        again = decoding_model(model, "fp32", cpu, kept)
         assert again is not first["fp32"] and again.generator.bias[0] == w[0]
-        assert _decoding_model(model, "int8", cpu, kept) is not first["int8"]
+        assert decoding_model(model, "int8", cpu, kept) is not first["int8"]
     finally:
         with torch.no_grad():
             w[0] = old

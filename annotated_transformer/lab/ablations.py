@@ -74,7 +74,7 @@ class NarrowAttention(MultiHeadAttention):
         self.in_proj = nn.Linear(d_model, 3 * n_heads * d_k, bias=bias)
         self.out_proj = nn.Linear(n_heads * d_k, d_model, bias=bias)
 
-    def _in_proj(self, x, first: int, last: int):
+    def project_blocks(self, x, first: int, last: int):
         width, b = self.n_heads * self.d_k, self.in_proj.bias
         rows = slice(first * width, last * width)
         return F.linear(x, self.in_proj.weight[rows], None if b is None else b[rows])

@@ -51,7 +51,7 @@ class LocalSelfAttention(MultiHeadAttention):
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
         if mask is not None or cache is not None:
             raise ValueError("LocalSelfAttention takes neither a mask nor a cache")
-        q, k, v = map(self._split, self._project(query, key, value))
+        q, k, v = map(self.split_heads, self.project(query, key, value))
         out = restricted_attention(q, k, v, self.r)           # (batch, h, n, d_k)
         return self.out_proj(out.transpose(1, 2).flatten(2))
 
