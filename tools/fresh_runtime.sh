@@ -122,19 +122,23 @@ AVX2=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=A
 echo "the other kernel path: $(env -u PYTHONDONTWRITEBYTECODE "${AVX2[@]}" "$tmp/kernel/bin/python" \
   -c 'import torch; print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads())'
   ) (kernels, threads)"
-failed=()
-for nb in "${notebooks[@]}"; do
+spec_of() {  # the chapter's install requirement, as its install cell names it (on main)
+  # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
+  local spec
+  spec=$(git -C "$REPO" show "$main:nbs/$1.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
+  echo "${spec%%$'\n'*}"
+}
+group_of() { echo "${1:-none}" | tr -c 'a-z0-9\n' '_'; }  # a name for a requirement
+run_chapter() {  # run_chapter NOTEBOOK: its lines go to $tmp/out_NAME, a failure to $tmp/failed_NAME
+  local nb=$1 name t1 quick compare how path spec env_dir run runtime site
   name=$(basename "$nb" .ipynb)
   t1=$SECONDS
   quick=${AT_QUICK:+1}; [[ "$SHRUNK" == *" $name "* ]] && quick=1
   compare=(--nbval --nbval-sanitize-with "$REPO/tools/nbval_sanitize.cfg"); how="outputs compared"
   [[ "$BY_PLACE" == *" $name "* ]] && { compare=(--nbval-lax); how="outputs by place, not compared"; }
   path=(); [[ "$SECOND" == *" $name "* ]] && { path=("${AVX2[@]}"); how="$how; AVX2, 1 thread"; }
-  # the chapter's install requirement, as its install cell names it (on the mirror's main)
-  # (sed reads to the end: quitting early would kill git with SIGPIPE, fatal under pipefail)
-  spec=$(git -C "$REPO" show "$main:nbs/$name.ipynb" | sed -n 's/.*SPEC = (\\"\([^ "]*\).*/\1/p')
-  spec=${spec%%$'\n'*}
-  env_dir=$tmp/venv_$(echo "${spec:-none}" | tr -c 'a-z0-9\n' '_') run=$tmp/run_$name
+  spec=$(spec_of "$name")
+  env_dir=$tmp/venv_$(group_of "$spec") run=$tmp/run_$name
   runtime="found in the runtime"
   if [ ! -d "$env_dir" ]; then
     runtime="installed in a new runtime"
@@ -163,12 +167,44 @@ JSON
   else
     cat "$tmp/$name.log"
     echo "fresh runtime: $name FAILED ($((SECONDS - t1)) s)"
-    failed+=("$name")
+    touch "$tmp/failed_$name"
   fi
   # the package must have come from the install cell, not from anywhere else (found where
   # an import would find it, without running it: that would import PyTorch)
   (cd "$run" && "$env_dir/bin/python" -c "import importlib.util as u, sys; s = u.find_spec('annotated_transformer'); sys.exit(0 if s and '$env_dir' in s.origin else 1)") \
-    || { echo "fresh runtime: $name did not install the package into its own venv"; failed+=("$name"); }
+    || { echo "fresh runtime: $name did not install the package into its own venv"; touch "$tmp/failed_$name"; }
+}
+
+# Two workers share the cores (much of a chapter's time is pip, or work on one thread). Each
+# takes whole groups of chapters, those whose install cells name the same requirement, in the
+# book's order: the first chapter of a group makes its environment, so no environment is made
+# twice or used before it is ready. A worker claims the next unclaimed group by renaming it.
+mkdir -p "$tmp/queue"
+declare -A queued=()     # requirement -> its group's file, numbered in the book's order
+for nb in "${notebooks[@]}"; do
+  group=$(group_of "$(spec_of "$(basename "$nb" .ipynb)")")
+  [ -n "${queued[$group]:-}" ] \
+    || queued[$group]=$tmp/queue/$(printf '%02d' "${#queued[@]}")_$group
+  echo "$nb" >>"${queued[$group]}"
+done
+worker() {
+  local w=$1 g
+  mkdir -p "$tmp/claimed_$w"
+  for g in "$tmp/queue/"*; do
+    mv "$g" "$tmp/claimed_$w/" 2>/dev/null || continue   # the other worker has it
+    while read -r nb; do
+      run_chapter "$nb" >"$tmp/out_$(basename "$nb" .ipynb)" 2>&1
+    done <"$tmp/claimed_$w/$(basename "$g")"
+  done
+}
+worker 1 & w1=$!
+worker 2 & w2=$!
+wait "$w1" "$w2"
+failed=()
+for nb in "${notebooks[@]}"; do
+  name=$(basename "$nb" .ipynb)
+  cat "$tmp/out_$name"
+  [ ! -e "$tmp/failed_$name" ] || failed+=("$name")
 done
 echo "fresh runtime: ${#notebooks[@]} chapters in $((SECONDS - t0)) s"
 [ ${#failed[@]} -eq 0 ] || { echo "failed: ${failed[*]}" >&2; exit 1; }
