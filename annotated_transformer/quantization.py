@@ -134,7 +134,7 @@ def _instrumented(model: Transformer) -> bool:
 
 
 def decoding_model(model: Transformer, precision: str, device,
-                    kept: dict) -> Transformer:
+                   kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
     for fp32 on the CPU its column-major copy (chapter 9a) unless `_instrumented`;
     otherwise `model` itself. A copy is made at the first use and kept in `kept`

@@ -22,7 +22,7 @@ from .model import TransformerConfig, make_model
 from .batching import fits
 from .checkpoints import (
     average_checkpoints, checkpoint_step, list_checkpoints, load_weights)
-from .training import log_metrics, read_metrics
+from .training import log_metrics, read_metrics, write_durably
 from .trainer import TrainConfig, train
 from .data import (
     load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
@@ -174,7 +174,7 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
         _check_resume(saved, r, list_checkpoints(model_dir / CHECKPOINTS_DIR))
     barrier()                                # every rank has read it before it changes
     if world()[0] == 0:
-        saved.write_text(json.dumps(r.to_dict(), indent=1) + "\n")
+        write_durably(saved, json.dumps(r.to_dict(), indent=1) + "\n")
     return r, why
 
 # %% ../nbs/09c_recipe.ipynb #c7b336f5

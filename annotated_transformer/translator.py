@@ -35,7 +35,7 @@ from .formats import (
     BOS_ID, CONFIG_FILE, EOS_ID, MODEL_FORMAT, PAD_ID, TOKENIZER_FILE, WEIGHTS_FILE)
 from .utils import caller_stacklevel, default_device, eval_mode
 from .precision import (
-    PRECISIONS, precision_context, resolve_precision, warn_if_emulated)
+    PRECISIONS, check_precision, precision_context, resolve_precision, warn_if_emulated)
 from .model import Transformer, make_model
 from .checkpoints import load_weights, model_tensors, save_weights
 from .decoding import (
@@ -163,6 +163,7 @@ TRANSLATE_PRECISIONS = (*PRECISIONS[:-1], "int8")   # fp16, too, on CUDA
 
 def decoding_precision(asked: str, device) -> tuple[str, str]:
     "The concrete precision to decode in on `device` for `asked`, and why."
+    check_precision(asked, (*PRECISIONS, "int8"))      # fp16 (CUDA) and int8 (CPU) too
     if asked != "int8":
         return resolve_precision(asked, device)
     if device.type != "cpu":

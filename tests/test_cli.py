@@ -177,7 +177,7 @@ def test_missing_device_is_named(model_dir, capsys):
 
 
 def test_recipe_budget_is_steps_and_an_old_run_resumes(model_dir, multi30k, tmp_path,
-                                                      capsys):
+                                                       capsys):
     """The default recipe has no time limit, so a run started with {"max_minutes": null}
     resumes under a config that leaves it out (and is refused under one with a limit),
     as does a run recorded before a field (`model.bias`) existed; the progress shows the

@@ -8,7 +8,7 @@ from ..utils import optional_import
 
 # %% ../../nbs/98_lab.ipynb #d8d831cb
 _COLOURS = {"embed": "#f6c9c4", "attn": "#fbd9a8", "norm": "#f3efb0", "ff": "#c4e1f3",
-           "linear": "#ddd3f1", "soft": "#cdebc8", "frame": "#f1f1f1"}
+            "linear": "#ddd3f1", "soft": "#cdebc8", "frame": "#f1f1f1"}
 
 
 def _box(ax, x, y, text, colour, w=2.8, h=0.6, copies=1, round_=0.12, z=2):
