@@ -1,11 +1,9 @@
 #!/usr/bin/env bash
-# The test command (`make test`): seven stages, each timed (the sixth runs beside 2-5).
+# The test command (`make test`): seven stages, each timed (the fifth and sixth run beside 2-4).
 # Run from the repository root.
 set -euo pipefail
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
-# the oldest PyTorch the package supports (pyproject.toml's floor): stage 5 installs it
-TORCH_FLOOR_SPEC=${TORCH_FLOOR_SPEC:-torch==2.3.1}
 BIN=$VENV/bin
 # Multi30k: ../shared/data beside the repository, else $AT_SHARED_DATA, else fetched once into
 # a cache; without any of them the tests would skip, so stop with the command instead.
@@ -87,79 +85,35 @@ site() {
   $BIN/python -m pytest -q tests/site   # the Try it page in headless Chromium
 }
 
-cli_from_wheel() {  # the installed console script: train a tiny model, translate, evaluate
-  local tmp=$1 data=$MULTI30K_DIR
-  local cli=$tmp/venv/bin/annotated-transformer
-  cat >"$tmp/tiny.json" <<'JSON'
-{"model": {"n_layers": 1, "d_model": 32, "d_ff": 64, "n_heads": 2, "max_len": 96},
- "train": {"steps": 10, "max_tokens": 512, "warmup": 5, "lr_factor": 1.0, "precision": "fp32",
-           "save_every": 5, "eval_every": 5, "log_every": 5},
- "vocab_size": 300, "bleu_every": 5, "bleu_sentences": 8, "average": [1, 2],
- "select_sentences": 8, "train_pairs": 2000, "max_minutes": null}
-JSON
-  (cd "$tmp" \
-    && "$cli" train --model-dir model --data "$data" --config tiny.json --threads 1 \
-    && head -n 20 "$data/test_2016_flickr.en" >src.en \
-    && head -n 20 "$data/test_2016_flickr.de" >ref.de \
-    && "$cli" translate --model-dir model --beam-size 2 --threads 1 <src.en >hyp.de \
-    && test "$(wc -l <hyp.de)" -eq 20 \
-    && "$cli" evaluate --model-dir model --source src.en --reference ref.de --beam-size 2 \
-         --threads 1 \
-    && echo "installed CLI: trained, translated 20 lines, evaluated")
-}
-
-wheel() (  # a subshell: the environment change below stays here
-  unset PYTHONDONTWRITEBYTECODE   # the new venv compiles what it imports, once
-  local tmp; tmp=$(mktemp -d)
-  $BIN/python -m build --wheel --outdir "$tmp/dist" . >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; return 1; }
-  python3 -m venv "$tmp/venv"
-  # the floor, not the pin: it must work too. --no-compile: not all of torch at install
-  "$tmp/venv/bin/pip" install -q --no-compile $TORCH_FLOOR_SPEC
-  local wheel; wheel=$(ls "$tmp"/dist/*.whl)
-  "$tmp/venv/bin/pip" install -q --no-compile "$wheel[data]"
-  local floor; floor=$(echo "$TORCH_FLOOR_SPEC" | sed -n 's/.*torch==\([0-9.]*\).*/\1/p')
-  (cd "$tmp" && TORCH_FLOOR="$floor" "$tmp/venv/bin/python" - <<'PY'
-import annotated_transformer as at, os, pathlib
-assert "site-packages" in pathlib.Path(at.__file__).parts, at.__file__
-names = [n for n in dir(at) if not n.startswith("_")]
-print("installed", at.__version__, "from", pathlib.Path(at.__file__).parent)
-print("top-level names:", ", ".join(sorted(names)))
-from annotated_transformer import attention, MultiHeadAttention, TransformerConfig, make_model
-import torch
-print("on torch", torch.__version__)
-floor = os.environ["TORCH_FLOOR"]
-assert not floor or torch.__version__.split("+")[0] == floor, (torch.__version__, floor)
-model = make_model(11, 11, TransformerConfig.preset("tiny"))
-src = torch.tensor([[1, 5, 6, 7, 2]])
-print("tiny model forward:", tuple(model(src, src).shape))
-PY
-  )
-  cli_from_wheel "$tmp"
-  rm -rf "$tmp"
-)
-
 stage "1 sync and clean" sync_check
-# Stage 6 uses nothing that stages 2-5 make, and much of its time goes to pip and to work on
-# one thread, as do theirs: it runs beside them, in a process group of its own (stopped if
-# the command fails first); its log is printed after stage 5.
-echo "=== stage: 6 every chapter in a fresh runtime, beside stages 2-5: its log follows stage 5"
-fresh_log=$(mktemp)
-t6=$SECONDS
-setsid bash tools/fresh_runtime.sh >"$fresh_log" 2>&1 &
-fresh_pid=$!
-trap 'kill -- -$fresh_pid 2>/dev/null || true' EXIT
+# Stages 5 and 6 use nothing that stages 2-4 make, and much of their time goes to pip (the
+# network) and to work on one thread: they run beside stages 2-4, each in a process group of
+# its own (stopped if the command fails first); their logs are printed after stage 4.
+declare -A beside_pid=() beside_log=() beside_t0=()
+beside() {  # beside NAME SCRIPT: start it in the background
+  beside_log[$1]=$(mktemp) beside_t0[$1]=$SECONDS
+  echo "=== stage: $1, beside stages 2-4: its log follows stage 4"
+  VENV=$VENV TORCH_SPEC=$TORCH_SPEC setsid bash "$2" >"${beside_log[$1]}" 2>&1 &
+  beside_pid[$1]=$!
+}
+collect() {  # collect NAME: wait for it, print its log, fail if it failed
+  local rc=0
+  wait "${beside_pid[$1]}" || rc=$?
+  echo "=== stage $1, its log"
+  cat "${beside_log[$1]}"
+  rm -f "${beside_log[$1]}"
+  TIMES+=("$(printf '%-28s %4ds' "$1 (beside)" $((SECONDS - ${beside_t0[$1]})))")
+  [ "$rc" -eq 0 ] || { echo "stage $1 failed" >&2; exit "$rc"; }
+}
+beside "6 chapters, fresh" tools/fresh_runtime.sh
+beside "5 wheel + CLI" tools/test_wheel.sh
+trap 'for p in "${beside_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done' EXIT
 stage "2 tests, chapters by place" checkout
 stage "3 book (-W)" book
 stage "4 site check" site
-stage "5 wheel + CLI in fresh venv" wheel
-echo "=== stage 6 (fresh runtime), its log"
-fresh_rc=0
-wait "$fresh_pid" || fresh_rc=$?
+collect "5 wheel + CLI"
+collect "6 chapters, fresh"
 trap - EXIT
-cat "$fresh_log"
-rm -f "$fresh_log"
-TIMES+=("$(printf '%-28s %4ds' "6 chapters, fresh (beside)" $((SECONDS - t6)))")
-[ "$fresh_rc" -eq 0 ] || { echo "stage 6 (fresh runtime) failed" >&2; exit "$fresh_rc"; }
 stage "7 workflows and dists" bash tools/lint.sh
 
 echo "=== stage times"
