@@ -158,7 +158,7 @@ def run_precision(asked: str, device=None, *, kept: str | None = None,
 from contextlib import nullcontext
 
 
-def precision_context(device, precision: str = "fp32"):
+def precision_context(precision: str, device):
     "Autocast for `precision`: 'fp32' (none), 'bf16' (CPU or CUDA), 'fp16' (CUDA only)."
     check_precision(precision, COMPUTE_PRECISIONS)
     device = torch.device(device)
@@ -169,6 +169,6 @@ def precision_context(device, precision: str = "fp32"):
     return torch.autocast(device.type, dtype=dtype)
 
 
-def grad_scaler(device, precision: str = "fp32") -> torch.amp.GradScaler:
+def grad_scaler(precision: str, device) -> torch.amp.GradScaler:
     "Loss scaling for fp16; a pass-through otherwise (bf16 has float32's range)."
     return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "fp16")

@@ -122,7 +122,7 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
                                           c.lr_factor, c.ramp)
     found = list_checkpoints(run_dir) if run_dir else []
     precision, why = _run_precision(c, found, device)
-    scaler = grad_scaler(device, precision)
+    scaler = grad_scaler(precision, device)
     if found:
         state = load_checkpoint(found[-1], model, optimizer=optimizer,
                                 scheduler=scheduler, scaler=scaler, rank=rank)

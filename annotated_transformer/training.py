@@ -104,7 +104,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
     if clip_norm is not None:
         check_number("clip_norm", clip_norm, 0, low_open=True)
     device = next(model.parameters()).device
-    scaler = scaler or grad_scaler(device, precision)
+    scaler = scaler or grad_scaler(precision, device)
     n_processes = world()[1]
     n_tokens = all_sum(sum(b.n_tgt_tokens for b in batches), device)
     losses = []
@@ -112,7 +112,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
         last = i == len(batches) - 1
         ddp = isinstance(model, DistributedDataParallel)
         with model.no_sync() if ddp and not last else nullcontext():
-            with precision_context(device, precision):
+            with precision_context(precision, device):
                 log_probs = model(b.src, b.tgt_in, src_mask=b.src_mask,
                                   tgt_mask=b.tgt_mask)
             loss = label_smoothing_loss(log_probs, b.tgt_out, eps_ls=eps_ls,
@@ -141,7 +141,7 @@ def evaluate(model: nn.Module, batches, *, eps_ls: float = EPS_LS,
     with eval_mode(model):                  # dropout off, then the mode it had
         for b in batches:
             b = b.to(device)
-            with precision_context(device, precision):
+            with precision_context(precision, device):
                 log_probs = model(b.src, b.tgt_in, src_mask=b.src_mask,
                                   tgt_mask=b.tgt_mask).float()
             keep = b.tgt_out != pad_id

@@ -146,7 +146,7 @@ def _search(model: Transformer, rows: list[list[int]], device, precision: str,
     search (§6.1), greedy if `beam_size=1`."""
     src = nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True,
                                     padding_value=PAD_ID).to(device)
-    with precision_context(device, "fp32" if precision == "int8" else precision):
+    with precision_context("fp32" if precision == "int8" else precision, device):
         if beam_size == 1:
             tokens, _ = greedy_decode(model, src, bos_id=BOS_ID, eos_id=EOS_ID,
                                       max_len_b=max_len_b)

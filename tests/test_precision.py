@@ -228,7 +228,7 @@ def test_precision_names_are_defined_once():
         precision_mod.check_precision("fp8")
     with pytest.raises(ValueError, match=r"^precision must be 'fp32', 'bf16' or 'fp16', "
                                          r"got 'auto'$"):
-        precision_mod.precision_context("cpu", "auto")
+        precision_mod.precision_context("auto", "cpu")
     from annotated_transformer.translator import decoding_precision
     with pytest.raises(ValueError, match=r"^precision must be 'auto', 'fp32', 'bf16', "
                                          r"'fp16' or 'int8', got 'fp8'$"):

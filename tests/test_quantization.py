@@ -60,7 +60,7 @@ def test_bf16_weights_are_autocast_bit_for_bit(model, src):
     b16 = bf16_weights(model)
     assert b16.generator.weight.dtype == torch.bfloat16
     assert model.generator.weight.dtype == torch.float32         # the original is kept
-    with torch.no_grad(), precision_context("cpu", "bf16"):
+    with torch.no_grad(), precision_context("bf16", "cpu"):
         assert torch.equal(model(src, src[:, :7]), b16(src, src[:, :7]))
         assert torch.equal(greedy_decode(model, src, max_len_b=10)[0],
                            greedy_decode(b16, src, max_len_b=10)[0])
