@@ -70,7 +70,8 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
     g.add_argument("--precision", choices=TRANSLATE_PRECISIONS, default="auto",
                    help="auto: bf16 autocast where the device computes bf16 natively, "
-                        "else fp32; int8: 8-bit weights, CPU only (default: auto)")
+                        "else fp32; fp16: CUDA only; int8: 8-bit weights, CPU only "
+                        "(default: auto)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 

@@ -162,10 +162,10 @@ def forbid_tokens(logp: Tensor, step: int, pad_id: int, bos_id: int, eos_id: int
     return logp
 
 # %% ../nbs/07c_decoding_details.ipynb #a375d655
-def output_ids(tokens: Tensor, eos_id: int = EOS_ID, pad_id: int = PAD_ID) -> list:
+def output_ids(tokens: Tensor, *, pad_id: int = PAD_ID, eos_id: int = EOS_ID) -> list:
     "Lists of output ids without EOS and padding, from `(batch, T)` or `(batch, n, T)`."
     if tokens.dim() > 2:
-        return [output_ids(t, eos_id, pad_id) for t in tokens]
+        return [output_ids(t, pad_id=pad_id, eos_id=eos_id) for t in tokens]
     return [[i for i in row if i not in (eos_id, pad_id)] for row in tokens.tolist()]
 
 # %% ../nbs/07c_decoding_details.ipynb #249b5c81

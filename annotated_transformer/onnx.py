@@ -240,7 +240,7 @@ def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]
     limit = torch.tensor([len(r) for r in rows]) + max_len_b
     tokens, _ = greedy_loop(next_logp, limit=limit, pad_id=c["pad_id"],
                             bos_id=c["bos_id"], eos_id=c["eos_id"], min_len=0)
-    return output_ids(tokens, c["eos_id"], c["pad_id"])
+    return output_ids(tokens, pad_id=c["pad_id"], eos_id=c["eos_id"])
 
 # %% ../nbs/09dd_onnx.ipynb #b66c3b79
 def _check_onnx_lengths(engine: OnnxTranslator, n_src: int, n_out: int) -> None:

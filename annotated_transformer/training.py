@@ -91,7 +91,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .utils import eval_mode
 from .precision import grad_scaler, precision_context
 from .distributed import all_sum, world
-from .checkpoints import replace_durably
+from .checkpoints import disk_full, no_space, replace_durably
 
 # %% ../nbs/06c_trainer.ipynb #a6e1c003
 def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
@@ -158,10 +158,18 @@ def evaluate(model: nn.Module, batches, *, eps_ls: float = EPS_LS,
 
 # %% ../nbs/06c_trainer.ipynb #2d4756d2
 def write_durably(path, text: str) -> None:
-    "Write `text` to `path` via a temporary file renamed durably: old or new, whole."
+    """Write `text` to `path` via a temporary file renamed durably: old or new, whole;
+    a full disk is the one-line `CheckpointWriteError`, and no temporary file stays."""
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    tmp.write_text(text)
-    replace_durably(tmp, path)
+    try:
+        tmp.write_text(text)
+        replace_durably(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if not disk_full(e):
+            raise
+        raise no_space(Path(path), len(text.encode()), what="file",
+                       intact="the file as it was is intact") from None
 
 
 def log_metrics(path, record: dict) -> None:

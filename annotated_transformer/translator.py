@@ -140,7 +140,7 @@ def encode_sources(sp, sentences, *, max_len: int, max_len_b: int) -> list[list[
     return out
 
 # %% ../nbs/09bb_translator_details.ipynb #53c4c718
-def _search(model: Transformer, rows: list[list[int]], device, precision: str,
+def _search(model: Transformer, rows: list[list[int]], precision: str, device,
             beam_size: int, alpha: float, max_len_b: int) -> torch.Tensor:
     """Output ids `(batch, steps)` for one batch of sources (EOS, then padding): beam
     search (§6.1), greedy if `beam_size=1`."""
@@ -158,12 +158,12 @@ def _search(model: Transformer, rows: list[list[int]], device, precision: str,
 
 # %% ../nbs/09bb_translator_details.ipynb #579eeec1
 BATCH_SIZE = 64                   # sentences translated together, by default
-TRANSLATE_PRECISIONS = (*PRECISIONS[:-1], "int8")   # fp16, too, on CUDA
+TRANSLATE_PRECISIONS = (*PRECISIONS, "int8")   # fp16 on CUDA, int8 on the CPU
 
 
 def decoding_precision(asked: str, device) -> tuple[str, str]:
     "The concrete precision to decode in on `device` for `asked`, and why."
-    check_precision(asked, (*PRECISIONS, "int8"))      # fp16 (CUDA) and int8 (CPU) too
+    check_precision(asked, TRANSLATE_PRECISIONS)
     if asked != "int8":
         return resolve_precision(asked, device)
     if device.type != "cpu":
@@ -255,7 +255,7 @@ class Translator(_Pretrained):
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         model = decoding_model(self.model, precision, device, self._converted)
-        search = lambda rows: _search(model, rows, device, precision, beam_size, alpha,
+        search = lambda rows: _search(model, rows, precision, device, beam_size, alpha,
                                       max_len_b)
         # inference mode: no autograd bookkeeping at all, less work per operation; the
         # model itself is moved and converted outside it, so it can still be trained

@@ -33,7 +33,7 @@ from annotated_transformer.checkpoints import (
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.trainer import TrainConfig, TrainingInterrupted, train
 from annotated_transformer.training import (
-    log_metrics, make_optimizer, read_metrics, truncate_metrics)
+    log_metrics, make_optimizer, read_metrics, truncate_metrics, write_durably)
 
 import train_copy                                  # tests/train_copy.py
 
@@ -317,6 +317,23 @@ def test_a_metrics_line_cut_short_is_left_out(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+def test_a_full_disk_leaves_a_rewritten_record_as_it_was(tmp_path, monkeypatch):
+    "recipe.json, or a resumed run's metrics log, is rewritten whole or not at all."
+    record, real = tmp_path / "recipe.json", Path.write_text
+    record.write_text("old\n")
+
+    def full(self, text, *args, **kwargs):           # a disk that fills mid-write
+        real(self, text[:1])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        write_durably(record, "new\n")
+    monkeypatch.undo()
+    assert str(caught.value).startswith(f"no space left on device for file {record}: ")
+    assert "\n" not in str(caught.value) and caught.value.errno == errno.ENOSPC
+    assert record.read_text() == "old\n" and not list(tmp_path.glob(".*.tmp"))
+
+
 def test_train_in_a_thread_runs_without_handlers():
     before, done = signal.getsignal(signal.SIGTERM), []
     worker = threading.Thread(
@@ -386,7 +403,7 @@ def test_sigterm_checkpoints_stops_and_resumes_exactly(tmp_path):
     for name in t1:                            # Adam moments, step counts, RNG states
         assert torch.equal(t1[name], t2[name]), name
     assert l1 == l2 and l1[-1][0] == STEPS     # log lines across the stop included
-    assert kept1 == kept2                      # the signal's checkpoint is gone
+    assert kept1 == kept2                      # the signal's (if off the grid) is gone
 
 
 if __name__ == "__main__":        # the SIGTERM test's driver, ending as a command line does
