@@ -5,6 +5,7 @@ __all__ = ['SOURCE_CONFIG', 'ctranslate2_spec', 'export_ctranslate2', 'CT2Transl
 
 # %% ../nbs/09d_export.ipynb #fd88dca2
 import json
+import tempfile
 from pathlib import Path
 
 import torch
@@ -107,13 +108,15 @@ def export_ctranslate2(model, out_dir, *, quantization: str | None = None,
         def _load(self):
             return ctranslate2_spec(model.model, model.sp)
 
-    new = out_dir.with_name(out_dir.name + ".tmp")      # then in place, whole
-    _Converter().convert(str(new), quantization=quantization, force=True)
-    (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
-    config = {"model": vars(model.model.config), "quantization": quantization,
-              "src_lang": model.src_lang, "tgt_lang": model.tgt_lang}
-    (new / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
-    return replace_folder(new, out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:   # gone on any error
+        new = Path(tmp) / "ct2"                   # built here, then put in place whole
+        _Converter().convert(str(new), quantization=quantization, force=True)
+        (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
+        config = {"model": vars(model.model.config), "quantization": quantization,
+                  "src_lang": model.src_lang, "tgt_lang": model.tgt_lang}
+        (new / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
+        return replace_folder(new, out_dir)
 
 # %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:

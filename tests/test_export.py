@@ -81,3 +81,21 @@ def test_export_refuses_clearly(tmp_path, sp, capsys):
     assert err.startswith(f"annotated-transformer: error: {tmp_path / 'missing'}: "
                           "no such model directory") and err.count("\n") == 1, err
     assert not (tmp_path / "y").exists()                 # nothing written
+
+
+def test_a_failed_export_leaves_nothing_and_touches_no_neighbour(tmp_path, sp,
+                                                                 monkeypatch):
+    "The engine's converter fails half-way: no folder is left, and out.tmp is not ours."
+    translator = small_translator(sp, 0)
+    (tmp_path / "out.tmp").mkdir()                      # a user's folder of that name
+    (tmp_path / "out.tmp" / "keep.txt").write_text("mine")
+    real = ct2.converters.Converter.convert
+
+    def half(self, output_dir, *args, **kwargs):
+        real(self, output_dir, *args, **kwargs)
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(ct2.converters.Converter, "convert", half)
+    with pytest.raises(OSError):
+        export_ctranslate2(translator, tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tmp"]
+    assert (tmp_path / "out.tmp" / "keep.txt").read_text() == "mine"
