@@ -32,8 +32,9 @@ from .batching import Batch, TokenBatchSampler, make_batch
 from .training import (
     evaluate, label_smoothing_loss, lrate,
     make_optimizer, read_metrics, smoothed_targets, train_step)
+from .durable import CheckpointWriteError
 from .checkpoints import (
-    CheckpointError, CheckpointWriteError, average_checkpoints, load_checkpoint,
+    CheckpointError, average_checkpoints, load_checkpoint,
     load_weights, save_checkpoint, save_weights)
 from .trainer import (
     TrainConfig, TrainingInterrupted, train)

@@ -36,7 +36,7 @@ def _pad(seqs, pad_id: int) -> Tensor:
     return nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=pad_id)
 
 # %% ../nbs/06_batching.ipynb #bafdff2c
-def make_batch(pairs, pad_id: int = PAD_ID, bos_id: int = BOS_ID,
+def make_batch(pairs, *, pad_id: int = PAD_ID, bos_id: int = BOS_ID,
                eos_id: int = EOS_ID) -> Batch:
     "Pad `(src_ids, tgt_ids)` pairs into a `Batch`; the target gets `<BOS>`/`<EOS>`."
     if len(pairs) == 0:
@@ -110,12 +110,12 @@ def fits(pair, max_len: int) -> bool:
     return 0 < len(src) and max(len(src), len(tgt) + 1) <= max_len
 
 
-def fixed_batches(pairs, max_tokens: int, pad_id: int = PAD_ID, bos_id: int = BOS_ID,
-                  eos_id: int = EOS_ID) -> list[Batch]:
+def fixed_batches(pairs, max_tokens: int, *, pad_id: int = PAD_ID,
+                  bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> list[Batch]:
     "`Batch`es of `pairs` in length order, not shuffled: the same ones at every call."
     sampler = TokenBatchSampler(pair_lengths(pairs), max_tokens, shuffle=False)
-    return [make_batch([pairs[i] for i in idx], pad_id, bos_id, eos_id)
-            for idx in sampler.batches()]
+    return [make_batch([pairs[i] for i in idx], pad_id=pad_id, bos_id=bos_id,
+                       eos_id=eos_id) for idx in sampler.batches()]
 
 # %% ../nbs/06c_trainer.ipynb #945740df
 def batch_stream(sampler: TokenBatchSampler, epoch: int, index: int):

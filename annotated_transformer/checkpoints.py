@@ -2,13 +2,11 @@
 
 # %% auto #0
 __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', 'checkpoint_dir', 'checkpoint_step',
-           'list_checkpoints', 'state_from_json', 'replace_durably', 'CheckpointWriteError', 'disk_full', 'no_space',
-           'save_checkpoint', 'load_checkpoint', 'read_state', 'average_checkpoints']
+           'list_checkpoints', 'state_from_json', 'save_checkpoint', 'load_checkpoint', 'read_state',
+           'average_checkpoints']
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
-import errno
 import json
-import os
 import re
 import shutil
 from dataclasses import asdict, is_dataclass
@@ -22,6 +20,7 @@ from torch import Tensor, nn
 from .formats import TRAINER_FILE, WEIGHTS_FILE
 from .distributed import rng_state, set_rng_state
 from .utils import check_number
+from .durable import replace_durably, reporting_full_disk
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c008
 class CheckpointError(ValueError):
@@ -138,99 +137,29 @@ def state_from_json(obj, tensors: dict):
         return [state_from_json(v, tensors) for v in obj]
     return obj
 
-# %% ../nbs/06b_checkpoints.ipynb #b6a0c041
-def _fsync(path, folder: bool = False) -> None:
-    "Flush a file, or a folder's list of entries, from memory to the disk."
-    try:
-        fd = os.open(path, os.O_RDONLY if folder else os.O_RDWR)
-    except OSError:
-        if folder:
-            return                    # Windows cannot open a folder
-        raise
-    try:
-        os.fsync(fd)
-    except OSError:
-        if not folder:
-            raise                     # some file systems cannot flush a folder
-    finally:
-        os.close(fd)
-
-
-def replace_durably(src, dest) -> None:
-    """`os.replace(src, dest)` that survives a power cut: `src` (a file, or a folder and
-    everything in it) reaches the disk before the rename, and the rename right after."""
-    src, dest = Path(src), Path(dest)
-    inside = sorted(src.rglob("*")) if src.is_dir() else []
-    for p in [*inside, src]:
-        _fsync(p, folder=p.is_dir())
-    os.replace(src, dest)
-    _fsync(dest.parent, folder=True)
-
-# %% ../nbs/06b_checkpoints.ipynb #b6a0c044
-class CheckpointWriteError(OSError):
-    """A checkpoint (or a model directory, part 11a) that could not be written: a full
-    disk; its message is one line."""
-
-
-def _nbytes(tensors: dict[str, Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors.values())
-
-
-def _size(n: int) -> str:
-    "A byte count, exact and then readable: 12,608 bytes (12.3 KiB)."
-    scaled, unit = float(n), ""
-    for bigger in ("KiB", "MiB", "GiB", "TiB"):
-        if scaled < 1024:
-            break
-        scaled, unit = scaled / 1024, bigger
-    return f"{n:,} bytes" + (f" ({scaled:.1f} {unit})" if unit else "")
-
-
-def disk_full(e: Exception) -> bool:
-    "ENOSPC, raised by Python (an `OSError`) or by safetensors (its message says so)."
-    return getattr(e, "errno", None) == errno.ENOSPC or "No space left" in str(e)
-
-
-def no_space(path: Path, needed: int, *, what: str = "checkpoint",
-             intact: str = "the earlier checkpoints are intact"):
-    "The `CheckpointWriteError` of a `what` that did not fit on its disk, in one line."
-    free = shutil.disk_usage(next(p for p in path.parents if p.exists())).free
-    e = CheckpointWriteError(f"no space left on device for {what} {path}: it needs "
-                             f"at least {_size(needed)}, {_size(free)} are free; "
-                             f"{intact}")
-    e.errno = errno.ENOSPC
-    return e
-
 # %% ../nbs/06b_checkpoints.ipynb #1cd81c73
 def save_checkpoint(path, model: nn.Module, *, optimizer, scheduler=None, scaler=None,
                     state: dict | None = None, rng: list[dict] | None = None) -> Path:
     """Write a checkpoint directory atomically and durably: WEIGHTS_FILE and
     TRAINER_FILE (page 0a). A full disk raises a one-line `CheckpointWriteError`."""
     path, tensors = Path(path), {}
-    tmp, old = path.with_name(path.name + ".tmp"), path.with_name(path.name + ".old")
+    tmp = path.with_name(path.name + ".tmp")
     trainer = _to_json({"optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict() if scheduler else None,
                         "scaler": scaler.state_dict() if scaler else None,
                         "rng": rng or [rng_state()], "state": state or {}}, tensors)
+    needed = sum(t.nbytes for t in [*model_tensors(model).values(), *tensors.values()])
     shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        tmp.mkdir(parents=True)
-        save_weights(tmp / WEIGHTS_FILE, model)
-        save_file(tensors, str(tmp / TRAINER_FILE),
-                  metadata={"trainer": json.dumps(trainer)})
-        for name in (WEIGHTS_FILE, TRAINER_FILE):   # a full disk may show only here
-            _fsync(tmp / name)
-    except (OSError, SafetensorError) as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not disk_full(e):
-            raise
-        needed = _nbytes(model_tensors(model)) + _nbytes(tensors)
-        raise no_space(path, needed) from None
-    if path.exists():                  # re-saving a step: swap, then delete the old one
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    replace_durably(tmp, path)         # atomic: it appears complete or not at all
-    shutil.rmtree(old, ignore_errors=True)
+    with reporting_full_disk(path, needed, what="checkpoint",
+                             intact="the earlier checkpoints are intact"):
+        try:
+            tmp.mkdir(parents=True)
+            save_weights(tmp / WEIGHTS_FILE, model)
+            save_file(tensors, str(tmp / TRAINER_FILE),
+                      metadata={"trainer": json.dumps(trainer)})
+            replace_durably(tmp, path)   # atomic: it appears complete or not at all
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)    # gone already if it became `path`
     return path
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c025

@@ -267,8 +267,7 @@ def main(argv=None) -> int:
         except (OSError, ValueError):
             pass
         return 1
-    except TrainingInterrupted as e:   # SIGTERM or SIGINT: checkpointed, resumable
-        say(str(e))
+    except TrainingInterrupted as e:   # SIGTERM or SIGINT: said, and resumable
         return e.code
     except (ImportError, OSError, ValueError) as e:   # an extra, a file, a download
         say(f"error: {e}")

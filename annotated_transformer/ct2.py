@@ -16,7 +16,7 @@ from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .formats import TOKENIZER_FILE
-from .hub import replace_folder
+from .durable import replace_durably
 from .translator import BATCH_SIZE, encode_sources, export_source
 
 # %% ../nbs/09d_export.ipynb #735cdf41
@@ -116,7 +116,7 @@ def export_ctranslate2(model, out_dir, *, quantization: str | None = None,
         config = {"model": vars(model.model.config), "quantization": quantization,
                   "src_lang": model.src_lang, "tgt_lang": model.tgt_lang}
         (new / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
-        return replace_folder(new, out_dir)
+        return replace_durably(new, out_dir)
 
 # %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:
@@ -144,11 +144,16 @@ class CT2Translator:
         ids = encode_sources(self.sp, sentences, max_len=max_len, max_len_b=max_len_b)
         todo = [i for i, row in enumerate(ids) if row]
         pieces = [[self.sp.id_to_piece(t) for t in ids[i]] for i in todo]
-        limit = max((len(p) for p in pieces), default=0) + max_len_b
-        found = self.engine.translate_batch(
-            pieces, max_batch_size=batch_size, beam_size=beam_size,
-            length_penalty=alpha, max_decoding_length=limit, min_decoding_length=0)
+
+        def run(batch, limit):
+            return [r.hypotheses[0] for r in self.engine.translate_batch(
+                batch, max_batch_size=batch_size, beam_size=beam_size,
+                length_penalty=alpha, max_decoding_length=limit, min_decoding_length=0)]
+        limits = [len(p) + max_len_b for p in pieces]      # each sentence's, as ours
+        found = run(pieces, max(limits, default=0))           # one limit per call
         out = [""] * len(ids)
-        for i, result in zip(todo, found):
-            out[i] = self.sp.decode(result.hypotheses[0])
+        for i, p, limit, hyp in zip(todo, pieces, limits, found):
+            if len(hyp) > limit:             # past its own limit: again, alone, with it
+                hyp = run([p], limit)[0]
+            out[i] = self.sp.decode(hyp)
         return out

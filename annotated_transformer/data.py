@@ -190,7 +190,7 @@ def _check_tokenizer_args(columns, vocab_size, langs, model_type) -> None:
                          f"got {langs!r}")
 
 # %% ../nbs/08b_data_details.ipynb #89d72a30
-def train_tokenizer(train, out_dir, vocab_size: int = 8000, langs=("en", "de"),
+def train_tokenizer(train, out_dir, *, vocab_size: int = 8000, langs=("en", "de"),
                     model_type: str = "bpe", name: str | None = None) -> Path:
     """Train one sentencepiece vocabulary shared by all `langs` (§5.1; tying, §3.4).
 

@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['REPOSITORY_URL', 'SOURCE_REF', 'SHIPPED_MODELS', 'RAW_HOST', 'MODEL_HOST_ENV', 'CACHE_ENV', 'need_file',
            'read_config', 'file_sha256', 'repository_url', 'repository_json', 'model_url', 'DownloadError',
-           'download_model', 'write_files', 'replace_folder', 'resolve_model']
+           'download_model', 'resolve_model']
 
 # %% ../nbs/09a_hub.ipynb #b41c15d5
 import hashlib
@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import sys
 import tempfile
 import urllib.error
@@ -19,12 +18,11 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from safetensors import SafetensorError
 from tqdm import tqdm
 
 from .formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from .model import TransformerConfig
-from .checkpoints import disk_full, no_space, replace_durably
+from .durable import replace_durably
 
 # %% ../nbs/09a_hub.ipynb #eded2e97
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -205,40 +203,6 @@ def download_model(url: str, *, cache_dir=None, progress: bool = True) -> Path:
     finally:
         config.unlink(missing_ok=True)
     return folder
-
-# %% ../nbs/09a_hub.ipynb #a11a0002
-def write_files(directory, writes: dict, *, needed: int,
-                what: str = "model directory") -> Path:
-    """Write the files `writes` (`{name: write(path)}`) into `directory`, in order, each
-    through a temporary name renamed durably and readable by all. A full disk raises a
-    one-line `CheckpointWriteError` naming `what` and the `needed` bytes."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, write in writes.items():
-        tmp = directory / f".{name}.tmp"
-        try:
-            write(tmp)
-            os.chmod(tmp, 0o644)                   # a temporary file is born 0600
-            replace_durably(tmp, directory / name)   # on the disk, then renamed
-        except (OSError, SafetensorError) as e:
-            tmp.unlink(missing_ok=True)
-            if not disk_full(e):
-                raise
-            raise no_space(directory, needed, what=what,
-                           intact="each file in it is whole, old or new") from None
-    return directory
-
-
-def replace_folder(new, dest) -> Path:
-    "Put the folder `new` in the place of `dest`, if any, durably; the old one goes."
-    new, dest = Path(new), Path(dest)
-    old = dest.with_name(dest.name + ".old")
-    if dest.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(dest, old)
-    replace_durably(new, dest)
-    shutil.rmtree(old, ignore_errors=True)
-    return dest
 
 # %% ../nbs/09a_hub.ipynb #2d127185
 def resolve_model(source, *, cache_dir=None) -> Path:

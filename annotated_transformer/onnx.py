@@ -22,7 +22,7 @@ from .data import load_tokenizer
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, greedy_loop, output_ids)
 from .formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
-from .hub import replace_folder
+from .durable import replace_durably
 from .translator import (
     BATCH_SIZE, export_source, translate_batched)
 
@@ -179,7 +179,7 @@ def export_onnx(model, out_dir, *, quantization: str | None = None,
                    "quantization": quantization, "src_lang": model.src_lang,
                    "tgt_lang": model.tgt_lang}
         (new / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
-        replace_folder(new, out_dir)                    # whole, on the disk
+        replace_durably(new, out_dir)                   # whole, on the disk
     return out_dir
 
 # %% ../nbs/09dd_onnx.ipynb #9bfb1382

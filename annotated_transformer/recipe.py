@@ -22,7 +22,8 @@ from .model import TransformerConfig, make_model
 from .batching import fits
 from .checkpoints import (
     average_checkpoints, checkpoint_step, list_checkpoints, load_weights)
-from .training import log_metrics, read_metrics, write_durably
+from .durable import write_durably
+from .training import log_metrics, read_metrics
 from .trainer import TrainConfig, train
 from .data import (
     load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
@@ -184,7 +185,8 @@ def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     ds = load_multi30k(data, langs=langs)
     sp_path = model_dir / TOKENIZER_FILE
     if world()[0] == 0 and not sp_path.exists():
-        train_tokenizer(ds["train"], model_dir, r.vocab_size, langs, name="tokenizer")
+        train_tokenizer(ds["train"], model_dir, vocab_size=r.vocab_size, langs=langs,
+                        name="tokenizer")
     barrier()
     sp = load_tokenizer(sp_path)
     fit = lambda p: fits(p, r.model.max_len)     # the positional table holds it

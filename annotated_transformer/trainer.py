@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
@@ -21,7 +20,7 @@ from .utils import check_number
 from .precision import (
     check_precision, grad_scaler, run_precision, warn_if_emulated)
 from .distributed import (
-    barrier, gather_rng_states, rank0_decides, world)
+    all_max, barrier, gather_rng_states, rank0_decides, world)
 from .batching import (
     TokenBatchSampler, batch_stream, fixed_batches, make_batch, pair_lengths)
 from .training import (
@@ -98,8 +97,8 @@ def _micro_batches(stream, pairs, c: TrainConfig, state: dict, pad_id: int, devi
     chunk = [next(stream) for _ in range(c.accum_steps * size)]
     state["epoch"], state["index"] = chunk[-1][0], chunk[-1][1] + 1
     mine = chunk[rank * c.accum_steps:(rank + 1) * c.accum_steps]
-    return [make_batch([pairs[i] for i in idx], pad_id, c.bos_id, c.eos_id).to(device)
-            for _, _, idx in mine]
+    ids = {"pad_id": pad_id, "bos_id": c.bos_id, "eos_id": c.eos_id}
+    return [make_batch([pairs[i] for i in idx], **ids).to(device) for _, _, idx in mine]
 
 # %% ../nbs/06c_trainer.ipynb #074e1230
 def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str | None]:
@@ -118,8 +117,8 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
     """Optimizer, scheduler, scaler and loop state, from `run_dir`'s last checkpoint
     (or fresh); the run's precision and why."""
     rank, device = world()[0], next(model.parameters()).device
-    optimizer, scheduler = make_optimizer(model, model.config.d_model, c.warmup,
-                                          c.lr_factor, c.ramp)
+    optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup=c.warmup,
+                                          factor=c.lr_factor, ramp=c.ramp)
     found = list_checkpoints(run_dir) if run_dir else []
     precision, why = _run_precision(c, found, device)
     scaler = grad_scaler(precision, device)
@@ -174,6 +173,7 @@ class TrainingInterrupted(SystemExit):
     def __reduce__(self):
         return type(self), (self.signum, self.step, self.path)
 
+
 # %% ../nbs/06c_trainer.ipynb #c6c0c054
 class _Signals:
     """While `train` runs: the first SIGTERM or SIGINT is noted and later ones ignored;
@@ -193,17 +193,15 @@ class _Signals:
                 break
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, error, trace) -> None:
+        if isinstance(error, TrainingInterrupted) and world()[0] == 0:
+            print(error, file=sys.stderr)      # uncaught, it would exit silently
         for s, handler in self.previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
     def seen(self, device) -> int:
         "The signal any process noted (0: none); the same number on every process."
-        if world()[1] == 1:
-            return self.signum
-        t = torch.tensor([self.signum], device=device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
+        return all_max(self.signum, device)
 
 # %% ../nbs/06c_trainer.ipynb #df635dac
 def _check_train_args(model, train_pairs, run_dir, on_checkpoint) -> None:
@@ -225,8 +223,8 @@ def _data(train_pairs, valid_pairs, c: TrainConfig, state: dict, pad_id: int):
     "The stream of training batches from where `state` stands, the held-out batches."
     sampler = TokenBatchSampler(pair_lengths(train_pairs), c.max_tokens, seed=c.seed)
     stream = batch_stream(sampler, state["epoch"], state["index"])
-    valid = (fixed_batches(valid_pairs, c.max_tokens, pad_id, c.bos_id, c.eos_id)
-             if valid_pairs else None)
+    valid = (fixed_batches(valid_pairs, c.max_tokens, pad_id=pad_id, bos_id=c.bos_id,
+                           eos_id=c.eos_id) if valid_pairs else None)
     return stream, valid
 
 # %% ../nbs/06c_trainer.ipynb #43fdae3d

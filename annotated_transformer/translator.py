@@ -42,8 +42,9 @@ from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
 from .quantization import decoding_model
 from .data import decode_ids, load_tokenizer, normalize_line
+from .durable import write_files
 from .hub import (
-    file_sha256, need_file, read_config, resolve_model, write_files)
+    file_sha256, need_file, read_config, resolve_model)
 
 # %% ../nbs/09bb_translator_details.ipynb #46cbe12f
 _STORAGE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -346,7 +346,7 @@ def endless(tmp_path, **train) -> Path:
     return config
 
 
-INTERRUPTED = re.compile(r"annotated-transformer: stopped by SIGTERM at step (\d+); "
+INTERRUPTED = re.compile(r"stopped by SIGTERM at step (\d+); "
                          r"checkpoint written to (\S+); run the same command to resume")
 
 

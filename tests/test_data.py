@@ -247,7 +247,7 @@ def test_real_files(real):
 
 @pytest.fixture(scope="module")
 def sp(real, tmp_path_factory):
-    return load_tokenizer(train_tokenizer(real, tmp_path_factory.mktemp("spm"), 8000))
+    return load_tokenizer(train_tokenizer(real, tmp_path_factory.mktemp("spm"), vocab_size=8000))
 
 
 def test_special_ids(sp):
@@ -284,7 +284,7 @@ def test_pairs_direction(sp, real):
 def test_tokenizer_sees_only_train(real, tmp_path):
     unseen = datasets.Dataset.from_dict({"en": ["Жук"] * 50, "de": ["Жук"] * 50})
     dd = datasets.DatasetDict({"train": real["train"].select(range(3000)), "validation": unseen})
-    sp = load_tokenizer(train_tokenizer(dd, tmp_path, 500))
+    sp = load_tokenizer(train_tokenizer(dd, tmp_path, vocab_size=500))
     assert UNK_ID in sp.encode("Жук")
 
 

@@ -99,3 +99,17 @@ def test_a_failed_export_leaves_nothing_and_touches_no_neighbour(tmp_path, sp,
         export_ctranslate2(translator, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tmp"]
     assert (tmp_path / "out.tmp" / "keep.txt").read_text() == "mine"
+
+
+def test_each_sentence_keeps_its_own_length_limit(tmp_path, sp):
+    """CTranslate2 takes one length limit per call; a short sentence translated beside a
+    long one still stops at its own (its length + max_len_b), as `Translator`'s do."""
+    translator = small_translator(sp, 0)            # untrained: it rarely ends early
+    engine = CT2Translator(export_ctranslate2(translator, tmp_path / "ct2"),
+                           compute_type="float32")
+    short, long = "a dog", " ".join(["a man rides a red bicycle down the street"] * 3)
+    for beam in (1, 4):
+        alone = engine.translate([short], beam_size=beam, max_len_b=5)
+        both = engine.translate([short, long], beam_size=beam, max_len_b=5)
+        assert both[0] == alone[0], beam
+        assert len(sp.encode(both[0])) <= len(sp.encode(short)) + 5, beam

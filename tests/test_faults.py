@@ -7,8 +7,8 @@
   stops with `TrainingInterrupted` (exit status 128 + signum, one line on stderr), and the
   same command resumes it bit for bit.
 
-Run as a script, this file is the driver of the SIGTERM test: tests/train_copy.py, ended
-the way a command line ends an interrupted run.
+Run as a script, this file is the driver of the SIGTERM test: tests/train_copy.py, with
+`TrainingInterrupted` left uncaught (the line on stderr is the one `train` writes).
 """
 import errno
 import json
@@ -28,12 +28,12 @@ from safetensors.torch import load_file
 
 from annotated_transformer import checkpoints, trainer
 from annotated_transformer.checkpoints import (
-    CheckpointWriteError, checkpoint_dir, list_checkpoints, load_checkpoint, model_tensors,
-    replace_durably, save_checkpoint)
+    checkpoint_dir, list_checkpoints, load_checkpoint, model_tensors, save_checkpoint)
+from annotated_transformer.durable import CheckpointWriteError, replace_durably, write_durably
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.trainer import TrainConfig, TrainingInterrupted, train
 from annotated_transformer.training import (
-    log_metrics, make_optimizer, read_metrics, truncate_metrics, write_durably)
+    log_metrics, make_optimizer, read_metrics, truncate_metrics)
 
 import train_copy                                  # tests/train_copy.py
 
@@ -50,7 +50,7 @@ def tiny_model():
 def saved_run(tmp_path):
     "A model, its optimizer, and a first checkpoint (step 1) in tmp_path/run."
     model = tiny_model()
-    optimizer, scheduler = make_optimizer(model, model.config.d_model, 10)
+    optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup=10)
     first = save_checkpoint(checkpoint_dir(tmp_path / "run", 1), model,
                             optimizer=optimizer, scheduler=scheduler, state={"step": 1})
     return model, optimizer, first
@@ -159,7 +159,7 @@ def test_a_real_full_disk(tmp_path):
         pytest.skip("cannot mount a tmpfs here")
     try:
         model = make_model(16, 16, TransformerConfig.preset("tiny", d_model=64, d_ff=256))
-        optimizer, _ = make_optimizer(model, model.config.d_model, 10)
+        optimizer, _ = make_optimizer(model, model.config.d_model, warmup=10)
         with pytest.raises(CheckpointWriteError) as caught:
             save_checkpoint(checkpoint_dir(disk, 1), model, optimizer=optimizer)
         assert "\n" not in str(caught.value) and str(disk) in str(caught.value)
@@ -406,12 +406,8 @@ def test_sigterm_checkpoints_stops_and_resumes_exactly(tmp_path):
     assert kept1 == kept2                      # the signal's (if off the grid) is gone
 
 
-if __name__ == "__main__":        # the SIGTERM test's driver, ending as a command line does
-    try:
-        train_copy.main(sys.argv[1:])
-    except TrainingInterrupted as e:
-        print(e, file=sys.stderr)
-        sys.exit(e.code)
+if __name__ == "__main__":        # the SIGTERM test's driver: `TrainingInterrupted` uncaught
+    train_copy.main(sys.argv[1:])
 
 
 def tiny_translator():
@@ -457,14 +453,36 @@ def test_a_full_disk_while_saving_a_model_is_one_line(tmp_path, monkeypatch):
 
 
 def test_an_export_replaces_its_folder_whole(tmp_path, monkeypatch):
-    from annotated_transformer.hub import replace_folder
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "old.onnx").write_text("old")
     (tmp_path / "new").mkdir()
     (tmp_path / "new" / "new.onnx").write_text("new")
     flushed = record_fsyncs(monkeypatch)
-    replace_folder(tmp_path / "new", tmp_path / "out")
+    replace_durably(tmp_path / "new", tmp_path / "out")
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.onnx"]
     assert flushed[:2] == [tmp_path / "new" / "new.onnx", tmp_path / "new"]
     assert flushed[-1] == tmp_path                       # the rename, on the disk
+
+
+def test_replacing_a_folder_leaves_the_users_other_folders_alone(tmp_path):
+    "The old folder is moved aside under a name of its own, not over `<dest>.old`."
+    for name in ("out", "new", "out.old"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x").write_text(name)
+    replace_durably(tmp_path / "new", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.old"]
+    assert [(tmp_path / n / "x").read_text() for n in ("out", "out.old")] == [
+        "new", "out.old"]
+
+
+def test_one_file_rewritten_keeps_no_temporary_file_on_any_error(tmp_path):
+    "An error that is not a full disk passes through unchanged, and cleans up."
+    from annotated_transformer.durable import write_files
+
+    def denied(path):
+        path.write_text("half")
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+    with pytest.raises(PermissionError):
+        write_files(tmp_path, {"a.txt": denied}, needed=4)
+    assert list(tmp_path.iterdir()) == []

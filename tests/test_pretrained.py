@@ -34,7 +34,7 @@ def translator(tmp_path_factory, multi30k):
     "An untrained tiny model and a tokenizer of 200 pieces, on the CPU."
     tmp = tmp_path_factory.mktemp("tokenizer")
     lines = (multi30k / "train.en").read_text(encoding="utf-8").splitlines()[:400]
-    sp = load_tokenizer(train_tokenizer({"train": {"en": lines}}, tmp, 200, langs=("en",),
+    sp = load_tokenizer(train_tokenizer({"train": {"en": lines}}, tmp, vocab_size=200, langs=("en",),
                                         name="tiny"))
     torch.manual_seed(0)
     config = TransformerConfig.preset("tiny", d_model=32, d_ff=64, n_heads=2, max_len=64)

@@ -110,7 +110,7 @@ def test_load_multi30k_without_datasets(tmp_path, monkeypatch):
 def test_train_tokenizer_without_sentencepiece(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "sentencepiece", None)
     with pytest.raises(ModuleNotFoundError) as e:
-        data.train_tokenizer({"en": ["a"], "de": ["b"]}, tmp_path, 100)
+        data.train_tokenizer({"en": ["a"], "de": ["b"]}, tmp_path, vocab_size=100)
     assert str(e.value) == hint("sentencepiece", "data")
 
 
@@ -148,7 +148,7 @@ TRAINING_CASES = [  # (id, call, message)
      "d_model must be at least 1, got 0"),
     ("lrate factor 0", lambda: training.lrate(1, 512, factor=0.0),
      "factor must be greater than 0, got 0.0"),
-    ("optimizer warmup", lambda: training.make_optimizer(LINEAR, 512, -5),
+    ("optimizer warmup", lambda: training.make_optimizer(LINEAR, 512, warmup=-5),
      "warmup must be at least 1, got -5"),
     ("optimizer d_model", lambda: training.make_optimizer(LINEAR, "512"),
      "d_model must be at least 1, got '512'"),
@@ -276,15 +276,15 @@ VOCAB_SIZE_RULE = ("vocab_size must be an integer of at least 5 "
 DATA_CASES = [  # (id, call on a folder, message)
     ("vocab_size 4", lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=4),
      f"{VOCAB_SIZE_RULE}, got 4"),
-    ("vocab_size float", lambda tmp: data.train_tokenizer(COLUMNS, tmp, 8000.0),
+    ("vocab_size float", lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=8000.0),
      f"{VOCAB_SIZE_RULE}, got 8000.0"),
     ("model_type",
-     lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, model_type="BPE"),
+     lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=100, model_type="BPE"),
      "model_type must be one of ('bpe', 'unigram', 'char', 'word'), got 'BPE'"),
     ("langs missing",
-     lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, langs=("en", "fr")),
+     lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=100, langs=("en", "fr")),
      "langs must name columns of the training split ['en', 'de'], got ('en', 'fr')"),
-    ("langs string", lambda tmp: data.train_tokenizer(COLUMNS, tmp, 100, langs="en"),
+    ("langs string", lambda tmp: data.train_tokenizer(COLUMNS, tmp, vocab_size=100, langs="en"),
      "langs must name columns of the training split ['en', 'de'], got 'en'"),
     ("to_pairs src", lambda tmp: data.to_pairs(COLUMNS, None, src="fr"),
      "src must be a column of the split ['en', 'de'], got 'fr'"),
@@ -308,7 +308,7 @@ def test_data_arguments(call, message, tmp_path):
 
 def test_vocab_size_too_large_for_the_text(tmp_path):
     pytest.importorskip("sentencepiece")
-    message = message_of(lambda: data.train_tokenizer(COLUMNS, tmp_path, 500))
+    message = message_of(lambda: data.train_tokenizer(COLUMNS, tmp_path, vocab_size=500))
     assert re.fullmatch(r"sentencepiece cannot train vocab_size=500 on this text: "
                         r"Vocabulary size too high \(500\)\. Please set it to a value "
                         r"<= \d+\.", message), message
@@ -328,7 +328,7 @@ def good_model(tmp_path_factory):
     corpus = [" ".join(words[(i + j) % len(words)] for j in range(6))
               for i in range(200)]
     tmp = tmp_path_factory.mktemp("spm")
-    return data.train_tokenizer({"en": corpus, "de": corpus}, tmp, 40, name="tokenizer")
+    return data.train_tokenizer({"en": corpus, "de": corpus}, tmp, vocab_size=40, name="tokenizer")
 
 
 @pytest.mark.parametrize("kind", ["random bytes", "truncated", "text", "empty"])

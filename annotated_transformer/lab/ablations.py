@@ -105,7 +105,7 @@ def ablation_data(data=None, tokenizer=None, vocab_size: int = 2000,
     ds = load_multi30k(data)
     path = Path(tokenizer or Path(out_dir) / TOKENIZER_FILE)
     if not path.exists():
-        train_tokenizer(ds["train"], path.parent, vocab_size, name=path.stem)
+        train_tokenizer(ds["train"], path.parent, vocab_size=vocab_size, name=path.stem)
     sp = load_tokenizer(path)
     val = ds["validation"]
     return {"sp": sp, "train": to_pairs(ds["train"], sp),
@@ -129,7 +129,7 @@ def nll_by_position(model: nn.Module, pairs, c: TrainConfig) -> list[float]:
     "Mean NLL of the target token at each position 0, 1, ... over `pairs`."
     pad, total, count = model.config.pad_id, torch.zeros(0), torch.zeros(0)
     with eval_mode(model):
-        for b in fixed_batches(pairs, c.max_tokens, pad):
+        for b in fixed_batches(pairs, c.max_tokens, pad_id=pad):
             logp = model(b.src, b.tgt_in, src_mask=b.src_mask, tgt_mask=b.tgt_mask)
             nll = -logp.gather(-1, b.tgt_out.unsqueeze(-1)).squeeze(-1)
             keep = (b.tgt_out != pad).float()
@@ -146,7 +146,7 @@ def length_split_scores(model: nn.Module, valid, cap: int, c: TrainConfig) -> di
     short = [p for p in valid if fits(p, cap)]
     long = [p for p in valid if not fits(p, cap) and fits(p, model.config.max_len)]
     pad = model.config.pad_id
-    score = lambda ps: evaluate(model, fixed_batches(ps, c.max_tokens, pad),
+    score = lambda ps: evaluate(model, fixed_batches(ps, c.max_tokens, pad_id=pad),
                                 eps_ls=c.eps_ls, pad_id=pad)["nll"]
     return {"cap": cap, "short_pairs": len(short), "long_pairs": len(long),
             "short_nll": score(short), "long_nll": score(long),

@@ -53,7 +53,8 @@ def attention_maps(translator, source: str, target: str) -> dict:
     pieces (the target as the decoder reads it, after `<BOS>`) that label them."""
     model, sp = translator.model, translator.sp
     pair = (sp.encode(normalize_line(source)), sp.encode(normalize_line(target)))
-    batch = make_batch([pair], model.config.pad_id).to(next(model.parameters()).device)
+    device = next(model.parameters()).device
+    batch = make_batch([pair], pad_id=model.config.pad_id).to(device)
     maps = {kind: torch.stack([w[0].cpu() for w in ws])
             for kind, ws in attention_weights(model, batch).items()}
     maps["source"] = [sp.id_to_piece(i) for i in pair[0]]
