@@ -8,7 +8,6 @@ __all__ = ['CheckpointError', 'model_tensors', 'save_weights', 'load_weights', '
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c004
 import json
 import re
-import shutil
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from torch import Tensor, nn
 from .formats import TRAINER_FILE, WEIGHTS_FILE
 from .distributed import rng_state, set_rng_state
 from .utils import check_number
-from .durable import replace_durably, reporting_full_disk
+from .durable import reporting_full_disk, staged
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c008
 class CheckpointError(ValueError):
@@ -143,23 +142,17 @@ def save_checkpoint(path, model: nn.Module, *, optimizer, scheduler=None, scaler
     """Write a checkpoint directory atomically and durably: WEIGHTS_FILE and
     TRAINER_FILE (page 0a). A full disk raises a one-line `CheckpointWriteError`."""
     path, tensors = Path(path), {}
-    tmp = path.with_name(path.name + ".tmp")
     trainer = _to_json({"optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict() if scheduler else None,
                         "scaler": scaler.state_dict() if scaler else None,
                         "rng": rng or [rng_state()], "state": state or {}}, tensors)
     needed = sum(t.nbytes for t in [*model_tensors(model).values(), *tensors.values()])
-    shutil.rmtree(tmp, ignore_errors=True)
     with reporting_full_disk(path, needed, what="checkpoint",
-                             intact="the earlier checkpoints are intact"):
-        try:
-            tmp.mkdir(parents=True)
-            save_weights(tmp / WEIGHTS_FILE, model)
-            save_file(tensors, str(tmp / TRAINER_FILE),
-                      metadata={"trainer": json.dumps(trainer)})
-            replace_durably(tmp, path)   # atomic: it appears complete or not at all
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)    # gone already if it became `path`
+                             intact="the earlier checkpoints are intact"), \
+            staged(path, folder=True) as tmp:  # it appears complete or not at all
+        save_weights(tmp / WEIGHTS_FILE, model)
+        save_file(tensors, str(tmp / TRAINER_FILE),
+                  metadata={"trainer": json.dumps(trainer)})
     return path
 
 # %% ../nbs/06b_checkpoints.ipynb #b6a0c025

@@ -5,7 +5,6 @@ __all__ = ['SOURCE_CONFIG', 'ctranslate2_spec', 'export_ctranslate2', 'CT2Transl
 
 # %% ../nbs/09d_export.ipynb #fd88dca2
 import json
-import tempfile
 from pathlib import Path
 
 import torch
@@ -16,8 +15,9 @@ from .model import Transformer
 from .data import load_tokenizer
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
 from .formats import TOKENIZER_FILE
-from .durable import replace_durably
-from .translator import BATCH_SIZE, encode_sources, export_source
+from .durable import staged
+from .translator import (
+    BATCH_SIZE, export_source, translate_batched)
 
 # %% ../nbs/09d_export.ipynb #735cdf41
 def _array(t: torch.Tensor):
@@ -108,15 +108,13 @@ def export_ctranslate2(model, out_dir, *, quantization: str | None = None,
         def _load(self):
             return ctranslate2_spec(model.model, model.sp)
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:   # gone on any error
-        new = Path(tmp) / "ct2"                   # built here, then put in place whole
+    with staged(out_dir, folder=True) as new:      # put in place whole, or nothing
         _Converter().convert(str(new), quantization=quantization, force=True)
         (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
         config = {"model": vars(model.model.config), "quantization": quantization,
                   "src_lang": model.src_lang, "tgt_lang": model.tgt_lang}
         (new / SOURCE_CONFIG).write_text(json.dumps(config, indent=1))
-        return replace_durably(new, out_dir)
+    return out_dir
 
 # %% ../nbs/09d_export.ipynb #300f4b1d
 class CT2Translator:
@@ -137,23 +135,34 @@ class CT2Translator:
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   max_len_b: int = MAX_LEN_B) -> list[str] | str:
         "As `Translator.translate` (§6.1 beam search; greedy if `beam_size=1`)."
-        if isinstance(sentences, str):
-            return self.translate([sentences], beam_size=beam_size, alpha=alpha,
-                                  batch_size=batch_size, max_len_b=max_len_b)[0]
-        max_len = self.config["model"]["max_len"]
-        ids = encode_sources(self.sp, sentences, max_len=max_len, max_len_b=max_len_b)
-        todo = [i for i, row in enumerate(ids) if row]
-        pieces = [[self.sp.id_to_piece(t) for t in ids[i]] for i in todo]
+        one = isinstance(sentences, str)
+        out = translate_batched(
+            self.sp, [sentences] if one else sentences,
+            lambda rows: _ct2_search(self, rows, beam_size, alpha, max_len_b),
+            max_len=self.config["model"]["max_len"], max_len_b=max_len_b,
+            batch_size=batch_size)
+        return out[0] if one else out
 
-        def run(batch, limit):
-            return [r.hypotheses[0] for r in self.engine.translate_batch(
-                batch, max_batch_size=batch_size, beam_size=beam_size,
-                length_penalty=alpha, max_decoding_length=limit, min_decoding_length=0)]
-        limits = [len(p) + max_len_b for p in pieces]      # each sentence's, as ours
-        found = run(pieces, max(limits, default=0))           # one limit per call
-        out = [""] * len(ids)
-        for i, p, limit, hyp in zip(todo, pieces, limits, found):
-            if len(hyp) > limit:             # past its own limit: again, alone, with it
-                hyp = run([p], limit)[0]
-            out[i] = self.sp.decode(hyp)
-        return out
+# %% ../nbs/09d_export.ipynb #46e380ae
+def _ct2_search(engine: CT2Translator, rows: list[list[int]], beam_size: int,
+                alpha: float, max_len_b: int) -> list[list[int]]:
+    """Output ids of one batch of sources, each within its own length limit (its
+    length + `max_len_b`, as in `beam_search`). CTranslate2 takes one limit per call:
+    a translation past its own is made again with the rows of that limit. Greedy
+    outputs are then ours; a beam may still differ where the longer limit changed
+    what it kept."""
+    out, limits = [None] * len(rows), [len(r) + max_len_b for r in rows]
+
+    def run(group: list[int], limit: int) -> None:
+        found = engine.engine.translate_batch(
+            [[engine.sp.id_to_piece(t) for t in rows[i]] for i in group],
+            max_batch_size=len(group), beam_size=beam_size, length_penalty=alpha,
+            max_decoding_length=limit, min_decoding_length=0)
+        for i, r in zip(group, found):
+            out[i] = [engine.sp.piece_to_id(p) for p in r.hypotheses[0]]
+    run(list(range(len(rows))), max(limits))
+    for limit in sorted(set(limits)):
+        over = [i for i, n in enumerate(limits) if n == limit and len(out[i]) > n]
+        if over:
+            run(over, limit)
+    return out

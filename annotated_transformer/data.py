@@ -7,7 +7,7 @@ __all__ = ['encode_text', 'decode_ids', 'to_pairs', 'MULTI30K_HUB', 'MULTI30K_HU
 from .formats import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 # %% ../nbs/08_data.ipynb #42510f24
-def encode_text(sp, text, bos: bool = True, eos: bool = True):
+def encode_text(sp, text, *, bos: bool = True, eos: bool = True):
     "Ids of `text` (a string or a list of strings), framed as `BOS ... EOS` by default."
     return sp.encode(text, add_bos=bos, add_eos=eos)
 

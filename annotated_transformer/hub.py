@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,7 +21,7 @@ from tqdm import tqdm
 
 from .formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from .model import TransformerConfig
-from .durable import replace_durably
+from .durable import replace_durably, staged
 
 # %% ../nbs/09a_hub.ipynb #eded2e97
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -120,11 +119,9 @@ def _fetch(url: str, dest: Path, sha256: str | None = None,
     """Download `url` to `dest` through a temporary file that becomes `dest` only when
     it is whole and matches `sha256`: a broken download is never kept. `progress`: a
     bar on stderr."""
-    fd, part = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part",
-                                dir=dest.parent)
-    try:
+    with staged(dest) as part:             # whole and checked, or not there at all
         digest, size = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as f:
+        with open(part, "wb") as f:
             body = _get(url)
             total = next(body)
             with tqdm(total=total, desc=url.rsplit("/", 1)[-1], unit="B",
@@ -142,10 +139,6 @@ def _fetch(url: str, dest: Path, sha256: str | None = None,
             raise DownloadError(f"{url}: sha256 {digest.hexdigest()}, but config.json "
                                 f"lists {sha256} (a corrupt or changed file); the "
                                 "download was not kept")
-        os.chmod(part, 0o644)
-        replace_durably(part, dest)               # on the disk, then renamed
-    finally:
-        Path(part).unlink(missing_ok=True)      # gone already if it became `dest`
     return dest
 
 # %% ../nbs/09a_hub.ipynb #b4f2f119

@@ -8,7 +8,6 @@ import contextlib
 import copy
 import json
 import logging
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from .data import load_tokenizer
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, greedy_loop, output_ids)
 from .formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
-from .durable import replace_durably
+from .durable import staged
 from .translator import (
     BATCH_SIZE, export_source, translate_batched)
 
@@ -158,10 +157,7 @@ def export_onnx(model, out_dir, *, quantization: str | None = None,
     optional_import("onnxscript", "web")                 # torch.onnx's translator
     model, out_dir = export_source(model, out_dir, force=force)
     net = copy.deepcopy(model.model).cpu().eval()         # the caller's stays as it is
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent) as tmp:
-        new = Path(tmp) / "onnx"
-        new.mkdir()
+    with staged(out_dir, folder=True) as new:          # put in place whole, or nothing
         config = {"graphs": _onnx_graphs(net, new)}
         if quantization == "int8":
             q = optional_import("onnxruntime.quantization", "web")
@@ -179,7 +175,6 @@ def export_onnx(model, out_dir, *, quantization: str | None = None,
                    "quantization": quantization, "src_lang": model.src_lang,
                    "tgt_lang": model.tgt_lang}
         (new / ONNX_CONFIG).write_text(json.dumps(config, indent=1))
-        replace_durably(new, out_dir)                   # whole, on the disk
     return out_dir
 
 # %% ../nbs/09dd_onnx.ipynb #9bfb1382

@@ -91,7 +91,7 @@ from torch.nn.parallel import DistributedDataParallel
 from .utils import eval_mode
 from .precision import grad_scaler, precision_context
 from .distributed import all_sum, world
-from .durable import write_durably
+from .durable import reporting_full_disk, write_durably
 
 # %% ../nbs/06c_trainer.ipynb #a6e1c003
 def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
@@ -158,9 +158,13 @@ def evaluate(model: nn.Module, batches, *, eps_ls: float = EPS_LS,
 
 # %% ../nbs/06c_trainer.ipynb #2d4756d2
 def log_metrics(path, record: dict) -> None:
-    "Append one record to a JSON-lines metrics log."
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """Append one record to a JSON-lines metrics log; a full disk is the one-line
+    `CheckpointWriteError` (a line cut short by it, `read_metrics` leaves out)."""
+    line = json.dumps(record) + "\n"
+    with reporting_full_disk(path, len(line), what="metrics log",
+                             intact="the records before it are intact"):
+        with open(path, "a") as f:
+            f.write(line)
 
 
 def read_metrics(path) -> list[dict]:

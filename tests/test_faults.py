@@ -187,7 +187,8 @@ def test_a_checkpoint_is_flushed_before_and_after_its_rename(tmp_path, monkeypat
     model, optimizer, _ = saved_run(tmp_path)
     flushed = record_fsyncs(monkeypatch)
     path = save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = next(p.parent for p in flushed if p.name == "model.safetensors")
+    assert tmp.parent == path.parent and tmp.name.startswith(f".{path.name}.")  # staged
     for name in ("model.safetensors", "trainer.safetensors"):
         assert tmp / name in flushed, (name, flushed)
     assert tmp in flushed                                  # the new folder's entries
@@ -243,8 +244,8 @@ def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatc
     names = [p.name for p in flushed[0::2]]
     config, weights, tokenizer = (re.escape(n) for n in (CONFIG_FILE, WEIGHTS_FILE,
                                                          TOKENIZER_FILE))
-    patterns = [rf"\.\.{config}\.\d+\..+\.part", rf"\.{weights}\..+\.part",
-                rf"\.{tokenizer}\..+\.part", rf"\.{config}\.\d+"]
+    patterns = [rf"\.\.{config}\.\d+\..+", rf"\.{weights}\..+",
+                rf"\.{tokenizer}\..+", rf"\.{config}\.\d+"]
     assert len(names) == 4 and all(map(re.fullmatch, patterns, names)), names
     assert all(p.parent == folder for p in flushed[0::2])
 
@@ -314,7 +315,7 @@ def test_a_metrics_line_cut_short_is_left_out(tmp_path):
     assert read_metrics(log) == [{"step": 1, "loss": 2.0}]
     truncate_metrics(log, 1)                          # as a resumed run does
     assert log.read_text() == '{"step": 1, "loss": 2.0}\n'
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
 
 
 def test_a_full_disk_leaves_a_rewritten_record_as_it_was(tmp_path, monkeypatch):
@@ -331,7 +332,7 @@ def test_a_full_disk_leaves_a_rewritten_record_as_it_was(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert str(caught.value).startswith(f"no space left on device for file {record}: ")
     assert "\n" not in str(caught.value) and caught.value.errno == errno.ENOSPC
-    assert record.read_text() == "old\n" and not list(tmp_path.glob(".*.tmp"))
+    assert record.read_text() == "old\n" and list(tmp_path.iterdir()) == [record]
 
 
 def test_train_in_a_thread_runs_without_handlers():
@@ -430,7 +431,8 @@ def test_a_model_directory_is_flushed_before_and_after_each_rename(tmp_path,
     flushed = record_fsyncs(monkeypatch)
     folder = translator.save_pretrained(tmp_path / "model")
     # each file under a temporary name, flushed, renamed into place, then its folder
-    assert [p.name for p in flushed[0::2]] == [f".{n}.tmp" for n in MODEL_FILES]
+    assert [p.name.split(".")[1:3] for p in flushed[0::2]] == [
+        n.split(".") for n in MODEL_FILES]                    # .model.safetensors.x1y2
     assert flushed[1::2] == [folder] * 3, flushed
     assert sorted(p.name for p in folder.iterdir()) == sorted(MODEL_FILES)
 
@@ -486,3 +488,49 @@ def test_one_file_rewritten_keeps_no_temporary_file_on_any_error(tmp_path):
     with pytest.raises(PermissionError):
         write_files(tmp_path, {"a.txt": denied}, needed=4)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_that_cannot_take_its_place_leaves_the_old_one(tmp_path, monkeypatch):
+    "The second rename of a folder swap fails (a file held open): the old folder returns."
+    for name in ("out", "new"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x").write_text(name)
+    real = os.replace
+
+    def held(src, dest):
+        if Path(src).name == "new":
+            raise PermissionError(errno.EACCES, "Permission denied", str(src))
+        return real(src, dest)
+    monkeypatch.setattr(os, "replace", held)
+    with pytest.raises(PermissionError):
+        replace_durably(tmp_path / "new", tmp_path / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new", "out"]
+    assert (tmp_path / "out" / "x").read_text() == "out"
+
+
+def test_a_full_disk_while_logging_is_one_line(tmp_path, monkeypatch):
+    "The metrics log cannot grow: one line naming it, and the records before it stay."
+    log = tmp_path / "metrics.jsonl"
+    log_metrics(log, {"step": 1, "loss": 2.0})
+    real_open = open
+
+    def full(path, mode="r", *args, **kwargs):
+        if Path(path) == log and "a" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, mode, *args, **kwargs)
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(CheckpointWriteError) as caught:
+        log_metrics(log, {"step": 2, "loss": 1.5})
+    monkeypatch.undo()
+    assert str(caught.value).startswith(f"no space left on device for metrics log {log}")
+    assert "\n" not in str(caught.value) and read_metrics(log) == [{"step": 1, "loss": 2.0}]
+
+
+def test_staged_names_are_the_writers_own(tmp_path):
+    "A checkpoint is staged under a hidden name of its own, not over `<step>.tmp`."
+    model, optimizer, _ = saved_run(tmp_path)
+    mine = checkpoint_dir(tmp_path / "run", 2).with_name("step_00000002.tmp")
+    mine.mkdir(parents=True)
+    (mine / "keep.txt").write_text("mine")
+    save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
+    assert (mine / "keep.txt").read_text() == "mine"

@@ -35,7 +35,7 @@ def copy_task(n_pairs: int, vocab_size: int = 16, shortest: int = 4, longest: in
     return pairs
 
 # %% ../../nbs/06d_copy.ipynb #f4749be0
-def train_copy_model(run_dir=None, vocab_size: int = 16, retrain: bool = False,
+def train_copy_model(run_dir=None, *, vocab_size: int = 16, retrain: bool = False,
                      quick: bool = False, progress: bool = False,
                      **train_overrides) -> Transformer:
     """A Transformer trained on the copy task: loaded from `run_dir` if it was trained
