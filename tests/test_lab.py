@@ -112,9 +112,19 @@ def test_the_sweep_is_a_data_file_not_constants_of_the_lab():
     from annotated_transformer.model import TransformerConfig
     from annotated_transformer.trainer import TrainConfig
     assert not [n for n in ablations.__all__ if n.isupper()], ablations.__all__
-    for name in ("table3_variants.json", "table3_paired.json"):
+    for name in ("table3_variants.json", "table3_paired.json", "table3_seeds.json"):
         spec = json.loads((ROOT / "bench" / name).read_text())
         runs = ablations.expand_variants(spec)
         assert len({r["name"] for r in runs}) == len(runs) == len(spec["variants"])
         for r in runs:                               # every run can be built
             TransformerConfig(**r["model"]), TrainConfig(**r["train"])
+
+
+def test_the_seed_sweep_pairs_with_the_first():
+    "Chapter 14 merges the two sweeps by run name: the same base, no name in both."
+    from annotated_transformer.lab import ablations
+    first, more = (json.loads((ROOT / "bench" / n).read_text())
+                   for n in ("table3_paired.json", "table3_seeds.json"))
+    assert first["base"] == more["base"]
+    names = [{r["name"] for r in ablations.expand_variants(s)} for s in (first, more)]
+    assert not names[0] & names[1], sorted(names[0] & names[1])[:5]

@@ -269,19 +269,20 @@ def ffn_grad_norms(model: nn.Module, batch, eps_ls: float = 0.1) -> dict:
             for side in ("encoder", "decoder")}
 
 # %% ../../nbs/12_ablations.ipynb #6bd9cc47
-def fit_power_law(n, loss, grid: int = 2000) -> dict:
+def fit_power_law(n, loss, grid: int = 2000, *, low: float = 0.0) -> dict:
     """Fit of L(N) = a·N^(−α) + L∞ (Kaplan et al., 2020, Eq. 1.1 with an offset): for
-    each L∞ on a grid from 0 to min(loss), a least-squares line through
-    (log N, log(L − L∞)) gives a and α; the L∞ whose curve has the smallest squared
-    error in L wins. A profile fit: close to, not exactly, least squares in L. `edge`
-    says whether L∞ landed on an end of its grid ("low": 0, "high": just below the
-    smallest loss), where the bound, not the data, holds the fit."""
+    each L∞ on a grid from `low` (0: no negative L∞; far below 0: L∞ free) to
+    min(loss), a least-squares line through (log N, log(L − L∞)) gives a and α; the
+    L∞ whose curve has the smallest squared error in L wins. A profile fit: close to,
+    not exactly, least squares in L. `edge` says whether L∞ landed on an end of its
+    grid ("low": `low`, "high": just below the smallest loss), where the bound, not
+    the data, holds the fit."""
     n = torch.as_tensor(n, dtype=torch.float64)
     loss = torch.as_tensor(loss, dtype=torch.float64)
     if len(n) < 3 or len(n) != len(loss):
         raise ValueError(f"need at least 3 (N, L) points of equal count, got "
                          f"{len(n)} and {len(loss)}")
-    l_inf = torch.linspace(0, float(loss.min()), grid + 1, dtype=torch.float64)[:-1]
+    l_inf = torch.linspace(low, float(loss.min()), grid + 1, dtype=torch.float64)[:-1]
     x, y = n.log(), (loss - l_inf[:, None]).log()            # y: (grid, points)
     slope = ((x - x.mean()) * y).sum(1) / ((x - x.mean()) ** 2).sum()
     intercept = y.mean(1) - slope * x.mean()
