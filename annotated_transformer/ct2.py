@@ -134,7 +134,9 @@ class CT2Translator:
     def translate(self, sentences, *, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   max_len_b: int = MAX_LEN_B) -> list[str] | str:
-        "As `Translator.translate` (§6.1 beam search; greedy if `beam_size=1`)."
+        """As `Translator.translate` (§6.1 beam search; greedy if `beam_size=1`), each
+        sentence within its own length limit; beam outputs can differ slightly from
+        ours (see `_ct2_search`)."""
         one = isinstance(sentences, str)
         out = translate_batched(
             self.sp, [sentences] if one else sentences,

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from .formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from .model import TransformerConfig
-from .durable import replace_durably, staged
+from .durable import staged
 
 # %% ../nbs/09a_hub.ipynb #eded2e97
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
@@ -185,16 +185,11 @@ def download_model(url: str, *, cache_dir=None, progress: bool = True) -> Path:
     folder = root / f"{label}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
     if _complete(folder):
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    config = _fetch(f"{url}/{CONFIG_FILE}", folder / f".{CONFIG_FILE}.{os.getpid()}",
-                    progress=progress)
-    try:
+    with staged(folder / CONFIG_FILE) as config:   # in place last: the folder is whole
+        _fetch(f"{url}/{CONFIG_FILE}", config, progress=progress)
         for name, sha256 in _listed_hashes(config, f"{url}/{CONFIG_FILE}").items():
             if not (folder / name).is_file() or file_sha256(folder / name) != sha256:
                 _fetch(f"{url}/{name}", folder / name, sha256, progress)
-        replace_durably(config, folder / CONFIG_FILE)   # last: marks the folder whole
-    finally:
-        config.unlink(missing_ok=True)
     return folder
 
 # %% ../nbs/09a_hub.ipynb #2d127185

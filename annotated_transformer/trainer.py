@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from .formats import BOS_ID, EOS_ID, METRICS_FILE
 from .utils import check_number
+from .durable import clear_staged
 from .precision import (
     check_precision, grad_scaler, run_precision, warn_if_emulated)
 from .distributed import (
@@ -130,6 +131,7 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
         state = {"step": 0, "epoch": 0, "index": 0, "elapsed": 0.0}
     if run_dir and rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        clear_staged(run_dir, "step_*")           # checkpoints cut short by a kill
         truncate_metrics(run_dir / METRICS_FILE, state["step"])   # to be redone
     return optimizer, scheduler, scaler, state, precision, why
 

@@ -244,8 +244,8 @@ def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatc
     names = [p.name for p in flushed[0::2]]
     config, weights, tokenizer = (re.escape(n) for n in (CONFIG_FILE, WEIGHTS_FILE,
                                                          TOKENIZER_FILE))
-    patterns = [rf"\.\.{config}\.\d+\..+", rf"\.{weights}\..+",
-                rf"\.{tokenizer}\..+", rf"\.{config}\.\d+"]
+    patterns = [rf"\.\.{config}\.[^.]+\..+", rf"\.{weights}\..+",
+                rf"\.{tokenizer}\..+", rf"\.{config}\.[^.]+"]
     assert len(names) == 4 and all(map(re.fullmatch, patterns, names)), names
     assert all(p.parent == folder for p in flushed[0::2])
 
@@ -534,3 +534,14 @@ def test_staged_names_are_the_writers_own(tmp_path):
     (mine / "keep.txt").write_text("mine")
     save_checkpoint(checkpoint_dir(tmp_path / "run", 2), model, optimizer=optimizer)
     assert (mine / "keep.txt").read_text() == "mine"
+
+
+def test_a_run_clears_what_a_killed_save_left(tmp_path):
+    "A checkpoint staged when the process was killed: the next run deletes it, and the rest."
+    run = tmp_path / "run"
+    (run / ".step_00000004.k1ll3d00").mkdir(parents=True)    # staged, never renamed
+    (run / ".step_00000004.k1ll3d00" / "model.safetensors").write_bytes(b"half")
+    (run / ".notes").write_text("mine")
+    train(tiny_model(), PAIRS, config=TINY, run_dir=run)
+    hidden = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
+    assert hidden == [".notes"], hidden
