@@ -1,4 +1,8 @@
-"""Translation speed side by side: our Translator (fp32, bf16, int8) and CTranslate2 (fp32, int8).
+"""Translation speed side by side: our engines and CTranslate2 (fp32, int8).
+
+Ours: the Translator (fp32, bf16, int8; chapter 11, part 9a), the static-shape search of
+part 9b run eagerly and compiled by torch.compile (fp32, the Translator's fp32 weights), and
+the ONNX graphs of part 11e under onnxruntime (greedy only: no bulk beam-4 figure).
 
 Each engine runs in a process of its own, a fresh one in every round, and the engines take
 turns, so that a slow moment of a shared machine hits all alike (the best round counts).
@@ -28,11 +32,43 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ("ours fp32", "ours bf16", "ours int8", "CTranslate2 fp32", "CTranslate2 int8")
+ENGINES = ("ours fp32", "ours bf16", "ours int8", "ours static fp32", "ours compiled fp32",
+           "onnxruntime fp32", "CTranslate2 fp32", "CTranslate2 int8")
 
 
-def load(name: str, model_dir: str, ct2_dirs: dict, threads: int):
-    "A function (sentences, beam) -> translations for engine `name`."
+def load_static(model_dir: str, compiled: bool):
+    """Part 9b's static-shape greedy and beam search over the Translator's own fp32
+    decoding weights, in its batches (`translate_batched`); `compiled`: torch.compile."""
+    from torch import nn
+    from annotated_transformer import static
+    from annotated_transformer.decoding import MAX_LEN_B
+    from annotated_transformer.formats import PAD_ID
+    from annotated_transformer.quantization import decoding_model
+    from annotated_transformer.translator import Translator, translate_batched
+    ours = Translator.from_pretrained(model_dir, device="cpu")
+    model = decoding_model(ours.model, "fp32", torch.device("cpu"), {}).eval()
+    step = static.compiled_step() if compiled else static.static_step
+
+    def search(rows, k):
+        src = nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows],
+                                        batch_first=True, padding_value=PAD_ID)
+        if k == 1:
+            return static.static_greedy_decode(model, src, step=step)[0]
+        return static.static_beam_search(model, src, beam_size=k, step=step)[0][:, 0]
+    return lambda s, k: translate_batched(ours.sp, s, lambda rows: search(rows, k),
+                                          max_len=model.config.max_len,
+                                          max_len_b=MAX_LEN_B)
+
+
+def load(name: str, model_dir: str, dirs: dict, threads: int):
+    """A function (sentences, beam) -> translations for engine `name`; None for a beam
+    the engine does not offer."""
+    if name.startswith(("ours static", "ours compiled")):
+        return load_static(model_dir, compiled="compiled" in name)
+    if name.startswith("onnxruntime"):
+        from annotated_transformer.onnx import OnnxTranslator
+        engine = OnnxTranslator(dirs["onnx"], threads=threads)
+        return lambda s, k: engine.translate(s) if k == 1 else None
     if name.startswith("ours"):
         from annotated_transformer.translator import Translator
         ours = Translator.from_pretrained(model_dir, device="cpu")
@@ -40,22 +76,28 @@ def load(name: str, model_dir: str, ct2_dirs: dict, threads: int):
         return lambda s, k: ours.translate(s, beam_size=k, precision=precision)
     from annotated_transformer.ct2 import CT2Translator
     kind = name.split()[1]
-    engine = CT2Translator(ct2_dirs[kind], compute_type={"fp32": "float32"}.get(kind, kind),
+    engine = CT2Translator(dirs[kind], compute_type={"fp32": "float32"}.get(kind, kind),
                            threads=threads)
     return lambda s, k: engine.translate(s, beam_size=k)
 
 
 def measure(run, sources: list, alone: list) -> dict:
-    "Bulk seconds and per-sentence latencies (greedy, beam 4) of one engine."
-    run(alone[:2], 4)                                              # warm-up
+    """Bulk seconds and per-sentence latencies (greedy, beam 4) of one engine; None
+    where it does not offer the beam."""
+    out = {}
+    run(sources, 4)                  # warm-up, of every shape timed below: a compiled
+    for k in (1, 4):                 # step compiles here, once per shape
+        for s in alone:
+            run([s], k)
     t0 = time.perf_counter()
-    run(sources, 4)
-    out = {"bulk": time.perf_counter() - t0}
+    out["bulk"] = None if run(sources, 4) is None else time.perf_counter() - t0
     for k in (1, 4):
         times = []
         for s in alone:
             t0 = time.perf_counter()
-            run([s], k)
+            if run([s], k) is None:
+                times = None
+                break
             times.append(time.perf_counter() - t0)
         out[str(k)] = times                           # JSON's keys are strings
     return out
@@ -63,11 +105,11 @@ def measure(run, sources: list, alone: list) -> dict:
 
 def worker(args: list) -> None:
     "In a process of its own: load one engine, measure, print JSON."
-    name, model_dir, ct2_json, threads, data_json = args
+    name, model_dir, dirs_json, threads, data_json = args
     threads = int(threads)
     torch.set_num_threads(threads)
     sources, alone = json.loads(Path(data_json).read_text())
-    run = load(name, model_dir, json.loads(ct2_json), threads)
+    run = load(name, model_dir, json.loads(dirs_json), threads)
     print(json.dumps(measure(run, sources, alone)))
 
 
@@ -104,10 +146,13 @@ def main(argv=None) -> None:
                    help="sentences translated one at a time")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sentences", type=int, default=0, help="bulk: first N (0: all)")
+    p.add_argument("--engines", nargs="+", choices=ENGINES, metavar="ENGINE",
+                   help=f"only these (quoted), of: {', '.join(ENGINES)}")
     p.add_argument("--same-process", action="store_true",
                    help="all engines loaded in this one process (to see the interference)")
     a = p.parse_args(argv)
     from annotated_transformer.ct2 import export_ctranslate2
+    from annotated_transformer.onnx import export_onnx
     from annotated_transformer.translator import Translator
     from annotated_transformer.precision import native_bf16
     from annotated_transformer.utils import hardware
@@ -117,13 +162,15 @@ def main(argv=None) -> None:
     alone = sources[:a.interactive]
     tmp = Path(tempfile.mkdtemp())
     ours = Translator.from_pretrained(a.model_dir, device="cpu")
-    ct2_dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
-                "int8": str(export_ctranslate2(ours, tmp / "int8", quantization="int8"))}
+    dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
+            "int8": str(export_ctranslate2(ours, tmp / "int8", quantization="int8")),
+            "onnx": str(export_onnx(ours, tmp / "onnx"))}
     data = tmp / "sentences.json"
     data.write_text(json.dumps([sources, alone]))
-    engines = [e for e in ENGINES if e != "ours bf16" or native_bf16("cpu")]
+    asked = [*(a.engines or ENGINES), "CTranslate2 fp32", "CTranslate2 int8"]  # the refs
+    engines = [e for e in dict.fromkeys(asked) if e != "ours bf16" or native_bf16("cpu")]
     if a.same_process:
-        loaded = {e: load(e, a.model_dir, ct2_dirs, a.threads) for e in engines}
+        loaded = {e: load(e, a.model_dir, dirs, a.threads) for e in engines}
     results = {e: [] for e in engines}
     for _ in range(a.rounds):
         for e in engines:
@@ -131,11 +178,13 @@ def main(argv=None) -> None:
                 results[e].append(measure(loaded[e], sources, alone))
                 continue
             cmd = [sys.executable, __file__, "--worker", e, a.model_dir,
-                   json.dumps(ct2_dirs), str(a.threads), str(data)]
+                   json.dumps(dirs), str(a.threads), str(data)]
             done = subprocess.run(cmd, check=True, capture_output=True, text=True)
             results[e].append(json.loads(done.stdout.splitlines()[-1]))
-    bulk = {e: min(r["bulk"] for r in results[e]) for e in engines}
-    ms = {(e, k): 1e3 * min(median(r[str(k)]) for r in results[e])
+    bulk = {e: None if results[e][0]["bulk"] is None
+            else min(r["bulk"] for r in results[e]) for e in engines}
+    ms = {(e, k): None if results[e][0][str(k)] is None
+          else 1e3 * min(median(r[str(k)]) for r in results[e])
           for e in engines for k in (1, 4)}
     rate, rate16 = gemm_rate(), gemm_rate(torch.bfloat16)
     flops = {"bulk": decode_flops(a.model_dir, sources, 4, False) / len(sources),
@@ -157,11 +206,15 @@ def main(argv=None) -> None:
           "| vs CT2 int8 | beam 4 ms | vs CT2 fp32 | vs CT2 int8 |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ref32, ref8 = "CTranslate2 fp32", "CTranslate2 int8"
+    def cells(value, ref32, ref8, fmt, ratio):     # "—" where the engine has no figure
+        if value is None:
+            return "| — | | "
+        return f"| {fmt(value)} | {ratio(ref32, value):.2f}× | {ratio(ref8, value):.2f}× "
     for e in engines:
-        print(f"| {e} | {len(sources) / bulk[e]:.1f} | {bulk[ref32] / bulk[e]:.2f}× "
-              f"| {bulk[ref8] / bulk[e]:.2f}× "
-              + "".join(f"| {ms[e, k]:.1f} | {ms[e, k] / ms[ref32, k]:.2f}× "
-                        f"| {ms[e, k] / ms[ref8, k]:.2f}× " for k in (1, 4)) + "|")
+        print(f"| {e} " + cells(bulk[e], bulk[ref32], bulk[ref8],
+                                lambda b: f"{len(sources) / b:.1f}", lambda r, v: r / v)
+              + "".join(cells(ms[e, k], ms[ref32, k], ms[ref8, k], lambda m: f"{m:.1f}",
+                              lambda r, v: v / r) for k in (1, 4)) + "|")
     print(f"| GEMM-bound (our FLOPs / fp32 rate) | {1 / floor['bulk']:.1f} | | "
           f"| {1e3 * floor[1]:.1f} | | | {1e3 * floor[4]:.1f} | | |")
 
