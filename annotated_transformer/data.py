@@ -22,7 +22,7 @@ def decode_ids(sp, ids) -> str:
     return sp.decode([i for i in ids if i != PAD_ID])
 
 # %% ../nbs/08_data.ipynb #34ba3cf0
-def to_pairs(split, sp, src: str = "en", tgt: str = "de") -> list[tuple[list, list]]:
+def to_pairs(split, sp, *, src: str = "en", tgt: str = "de") -> list[tuple[list, list]]:
     "(source ids, target ids) per sentence pair of a split, no BOS/EOS; en→de default."
     for name, lang in (("src", src), ("tgt", tgt)):
         if lang not in _columns(split):
@@ -141,7 +141,7 @@ def _normalize_batch(batch: dict) -> dict:
     return {col: [normalize_line(s) for s in rows] for col, rows in batch.items()}
 
 # %% ../nbs/08b_data_details.ipynb #fad7d38b
-def load_multi30k(path=None, langs=("en", "de"), splits=tuple(MULTI30K_SPLITS)):
+def load_multi30k(path=None, *, langs=("en", "de"), splits=tuple(MULTI30K_SPLITS)):
     """Multi30k task 1 (Elliott et al., 2016) as a `DatasetDict`, every line normalised.
 
     Splits `train`, `validation`, `test` (the 2016 Flickr test set), one column per

@@ -190,9 +190,9 @@ def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
     barrier()
     sp = load_tokenizer(sp_path)
     fit = lambda p: fits(p, r.model.max_len)     # the positional table holds it
-    train_pairs = [p for p in to_pairs(ds["train"], sp, *langs)[:r.train_pairs]
-                   if fit(p)]
-    valid_pairs = [p for p in to_pairs(ds["validation"], sp, *langs) if fit(p)]
+    pairs = lambda split: to_pairs(ds[split], sp, src=langs[0], tgt=langs[1])
+    train_pairs = [p for p in pairs("train")[:r.train_pairs] if fit(p)]
+    valid_pairs = [p for p in pairs("validation") if fit(p)]
     val = tuple(list(ds["validation"][lang]) for lang in langs)
     return sp, train_pairs, valid_pairs, val
 

@@ -109,7 +109,7 @@ def main(argv=None) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)         # a run starts afresh
         cpu, wall = time.process_time(), time.perf_counter()
         try:
-            result = run_variant(v, data, run_dir, a.bleu_sentences)
+            result = run_variant(v, data, run_dir, bleu_sentences=a.bleu_sentences)
         except Exception as e:                  # noted, not stored: a rerun retries it
             print(f"{v['name']}: failed: {e!r}", flush=True)
             (run_dir.parent / f"{run_dir.name}.claim").unlink(missing_ok=True)

@@ -98,7 +98,7 @@ def narrow_heads(model: nn.Module, d_k: int) -> nn.Module:
     return model
 
 # %% ../../nbs/12_ablations.ipynb #aa0dbaab
-def ablation_data(data=None, tokenizer=None, vocab_size: int = 2000,
+def ablation_data(data=None, tokenizer=None, *, vocab_size: int = 2000,
                   out_dir="runs/ablations") -> dict:
     """Multi30k EN→DE encoded with `tokenizer` (a sentencepiece file), else with one
     of `vocab_size` pieces trained on the training set into `out_dir` once."""
@@ -175,7 +175,7 @@ def _curves(metrics: list[dict], points: int) -> dict:
     return out
 
 # %% ../../nbs/12_ablations.ipynb #f05588bb
-def run_variant(v: dict, data: dict, run_dir, bleu_sentences: int | None = 200,
+def run_variant(v: dict, data: dict, run_dir, *, bleu_sentences: int | None = 200,
                 points: int = 20) -> dict:
     """Train one variant `{"model": {...}, "train": {...}, "d_k", "cap", "bleu"}`
     with `train` (chapter 7c) into `run_dir`; returns its scores, sizes and times."""

@@ -225,7 +225,7 @@ def _probe_accuracy(probe: nn.Module, train_x: Tensor, train_y: Tensor, test_x: 
         return (probe((test_x - mean) / std).argmax(-1) == test_y).float().mean().item()
 
 
-def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
+def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
                  steps: int = 300, lr: float = 0.05,
                  weight_decay: float = 1e-3) -> float:
     """Test accuracy of a linear probe (logistic regression, softmax over classes)
@@ -238,7 +238,7 @@ def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tenso
 
 
 # %% ../../nbs/11_inside.ipynb #ccca44df
-def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor,
+def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
               hidden: int = 64, steps: int = 300, lr: float = 0.01,
               weight_decay: float = 1e-3, seed: int = 0) -> float:
     """Test accuracy of a probe with one hidden ReLU layer of `hidden` units, trained as
