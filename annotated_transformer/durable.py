@@ -124,12 +124,16 @@ _LEFT = re.compile(r"\.(?P<name>.+)\.(?:[a-z0-9_]{8}|\d+\.old)")   # staged, mov
 
 def clear_staged(directory, pattern: str = "*") -> list[Path]:
     """Delete what writers killed mid-write left in `directory`: `staged`'s hidden
-    temporary files and folders, and folders `replace_durably` moved aside, for names
-    matching `pattern`. Only where no other process is writing them."""
+    temporary files and folders, and folders `replace_durably` moved aside (put back
+    instead where nothing took their place), for names matching `pattern`. Only where
+    no other process is writing them."""
     gone = []
     for p in sorted(Path(directory).glob(".*")):
         left = _LEFT.fullmatch(p.name)
         if left and fnmatch.fnmatch(left["name"], pattern):
+            if p.name.endswith(".old") and not (p.parent / left["name"]).exists():
+                os.replace(p, p.parent / left["name"])   # the only copy: back in place
+                continue
             if p.is_dir():
                 shutil.rmtree(p)
             else:

@@ -131,7 +131,7 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
         state = {"step": 0, "epoch": 0, "index": 0, "elapsed": 0.0}
     if run_dir and rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        clear_staged(run_dir, "step_*")           # checkpoints cut short by a kill
+        clear_staged(run_dir)                     # writes cut short by a kill
         truncate_metrics(run_dir / METRICS_FILE, state["step"])   # to be redone
     return optimizer, scheduler, scaler, state, precision, why
 

@@ -545,3 +545,14 @@ def test_a_run_clears_what_a_killed_save_left(tmp_path):
     train(tiny_model(), PAIRS, config=TINY, run_dir=run)
     hidden = sorted(p.name for p in run.iterdir() if p.name.startswith("."))
     assert hidden == [".notes"], hidden
+
+
+def test_clear_staged_puts_back_an_old_folder_that_lost_its_replacement(tmp_path):
+    "Killed between a swap's two renames: the folder moved aside is the only copy."
+    from annotated_transformer.durable import clear_staged
+    (tmp_path / ".out.4242.old").mkdir()
+    (tmp_path / ".out.4242.old" / "x").write_text("old")
+    (tmp_path / ".out.q8r7s6t5").mkdir()                  # its replacement, half written
+    assert clear_staged(tmp_path) == [tmp_path / ".out.q8r7s6t5"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+    assert (tmp_path / "out" / "x").read_text() == "old"
