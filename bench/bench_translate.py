@@ -21,6 +21,7 @@ fp32 engine of this architecture can beat on this machine without skipping work.
 """
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -179,11 +180,17 @@ def main(argv=None) -> None:
                 continue
             cmd = [sys.executable, __file__, "--worker", e, a.model_dir,
                    json.dumps(dirs), str(a.threads), str(data)]
-            done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:                     # a crash is a result: say which
+                why = (f"signal {signal.Signals(-done.returncode).name}"
+                       if done.returncode < 0 else f"exit status {done.returncode}")
+                results[e].append({"bulk": None, "1": None, "4": None, "failed": why})
+                continue
             results[e].append(json.loads(done.stdout.splitlines()[-1]))
-    bulk = {e: None if results[e][0]["bulk"] is None
+    failed = {e: r["failed"] for e in engines for r in results[e] if "failed" in r}
+    bulk = {e: None if e in failed or results[e][0]["bulk"] is None
             else min(r["bulk"] for r in results[e]) for e in engines}
-    ms = {(e, k): None if results[e][0][str(k)] is None
+    ms = {(e, k): None if e in failed or results[e][0][str(k)] is None
           else 1e3 * min(median(r[str(k)]) for r in results[e])
           for e in engines for k in (1, 4)}
     rate, rate16 = gemm_rate(), gemm_rate(torch.bfloat16)
@@ -217,6 +224,8 @@ def main(argv=None) -> None:
                               lambda r, v: v / r) for k in (1, 4)) + "|")
     print(f"| GEMM-bound (our FLOPs / fp32 rate) | {1 / floor['bulk']:.1f} | | "
           f"| {1e3 * floor[1]:.1f} | | | {1e3 * floor[4]:.1f} | | |")
+    for e, why in failed.items():                  # "—" in the table above
+        print(f"{e}: its worker failed ({why}); no figures")
 
 
 if __name__ == "__main__":
