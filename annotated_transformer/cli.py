@@ -23,7 +23,8 @@ from .distributed import teardown
 from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (
-    BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
+    TRANSLATE_PRECISIONS, Translator,
+    BATCH_SIZE, ENGINES, corpus_bleu, decoding_precision, decoding_step)
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
@@ -72,6 +73,10 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="auto: bf16 autocast where the device computes bf16 natively, "
                         "else fp32; fp16: CUDA only; int8: 8-bit weights, CPU only "
                         "(default: auto)")
+    g.add_argument("--engine", choices=ENGINES, default="eager",
+                   help="eager: one operation at a time; compiled: a static-shape step "
+                        "compiled once (fp32, CPU; the first run compiles for minutes) "
+                        "(default: eager)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -223,18 +228,20 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     return 0
 
 # %% ../nbs/09f_cli.ipynb #8f28a12a
-def _precision(asked: str, translator: Translator) -> str:
-    "The concrete precision on the model's device: said once on stderr if chosen."
+def _precision(asked: str, translator: Translator, engine: str) -> tuple[str, str]:
+    """The concrete precision and engine on the model's device: the precision said once
+    on stderr if chosen, and why the compiled engine cannot run, if it cannot."""
     device = next(translator.model.parameters()).device
-    precision, why = decoding_precision(asked, device)
+    precision, why = decoding_precision(asked, device, engine=engine)
     if asked == "auto":
         say(why)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_if_emulated(precision, device)
+        engine = engine if decoding_step(engine, precision, device) else "eager"
     for w in caught:
         say(f"warning: {w.message}")
-    return precision
+    return precision, engine
 
 # %% ../nbs/09f_cli.ipynb #0462a0d5
 def _run(a) -> int:
@@ -247,8 +254,9 @@ def _run(a) -> int:
     if a.command == "train":
         return _train(a)
     translator = Translator.from_pretrained(a.model_dir, device=a.device)
+    precision, engine = _precision(a.precision, translator, a.engine)
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
-                   precision=_precision(a.precision, translator))
+                   precision=precision, engine=engine)
     run = _translate if a.command == "translate" else _evaluate
     return run(a, translator, options)
 

@@ -336,6 +336,29 @@ def test_translate_int8(model_dir, tmp_path, capsys):
     assert out.count("\n") == 3 and out.split("\n")[1] == ""
 
 
+
+def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
+    """--engine compiled gives the eager lines (the step run uncompiled here: chapter 9b's
+    tests compile it); with --precision int8 it says in one line why it cannot."""
+    from annotated_transformer import static
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(static, "_COMPILED", {})
+    monkeypatch.setattr(static.torch, "compile", lambda fn, **kw: fn)
+    monkeypatch.setattr(static, "_run_trial", lambda options, folder: {"ok": True,
+                                                                        "why": ""})
+    src = tmp_path / "in.en"
+    src.write_text("A dog runs.\n\nTwo men talk in a park.\n")
+    args = ["translate", "--model-dir", str(model_dir), "-i", str(src), "--beam-size", "2"]
+    assert main(args + ["--precision", "fp32"]) == 0
+    eager = capsys.readouterr().out
+    assert main(args + ["--engine", "compiled"]) == 0
+    out, err = capsys.readouterr()
+    assert out == eager and "precision fp32, the compiled engine's" in err
+    assert main(args + ["--engine", "compiled", "--precision", "int8"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("compiled engine decodes fp32 on the CPU; int8 on cpu decodes "
+                     "eagerly") == 1 and out.count("\n") == 3
+
 # -- faults while training (issue 38) ------------------------------------------------------
 
 def endless(tmp_path, **train) -> Path:

@@ -1,4 +1,5 @@
 """Chapter 9b: decoding on a static-shape cache gives chapter 9's tokens, compiled or not."""
+import json
 import sys
 import warnings
 
@@ -8,6 +9,7 @@ import torch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.formats import PAD_ID
 from annotated_transformer.model import TransformerConfig, make_model
+from annotated_transformer import static
 from annotated_transformer.static import (CompiledStep, StaticCache, bucket,
                                           static_beam_search, static_greedy_decode)
 
@@ -94,30 +96,87 @@ def compile_unavailable() -> str | None:
     return None
 
 
-def test_compiled_step_gives_the_eager_tokens():
-    """The smallest case that compiles: one layer 8 wide, one sentence of three tokens,
-    one shape (bucket 16 for the source and the output alike), so one graph."""
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    "A cache folder of the module's own: its trial and compiled code, kept between tests."
+    return tmp_path_factory.mktemp("compiled")
+
+
+def test_compiled_step_gives_the_eager_tokens(kept):
+    """One layer 8 wide, compiled for three shapes: one sentence at its length limit
+    (EOS forbidden until then), a padded batch greedily and by beam search."""
     if why := compile_unavailable():
         pytest.skip(why)
     model = small_model(n_layers=1, d_model=8, d_ff=16, n_heads=2)
-    src, kw = torch.tensor([[5, 6, 7]]), dict(max_len_b=2, min_len=4)   # 5 steps
-    step = CompiledStep()
+    src, step = padded_sources(3), CompiledStep(cache_dir=kept)
+    one, limit = torch.tensor([[5, 6, 7]]), dict(max_len_a=0, max_len_b=16, min_len=16)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # a failure is reported below
-        ids, _ = static_greedy_decode(model, src, step=step, **kw)
-    if step.failed is not None:
-        pytest.skip(f"torch.compile failed here (no C++ compiler?): {step.failed!r}")
-    assert ids.size(1) == 5
-    assert torch.equal(ids, greedy_decode(model, src, **kw)[0])
+        ids, _ = static_greedy_decode(model, one, step=step, **limit)
+        if step.failed is not None:
+            pytest.skip(f"torch.compile failed here (no C++ compiler?): {step.failed!r}")
+        assert ids.size(1) == 16 and torch.equal(ids, greedy_decode(model, one, **limit)[0])
+        ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
+        assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
+        beams, _ = static_beam_search(model, src, beam_size=2, max_len_b=8, step=step)
+        assert torch.equal(beams, beam_search(model, src, beam_size=2, max_len_b=8)[0])
+    assert step.failed is None
+    verdict = json.loads(next(kept.glob("compiled/*/trial-*.json")).read_text())
+    assert verdict["ok"] and verdict["setup"]["torch"] == torch.__version__
+    assert any(kept.glob("compiled/*/fxgraph"))           # Inductor's code, kept
 
 
-def test_a_failed_compilation_warns_once_and_decodes_eagerly(monkeypatch):
+def eager_step(monkeypatch, ok=True, why=""):
+    """No compiling in this process (torch.compile hands back the function) and a trial
+    that passes without a child process; returns the list of trials run."""
+    trials = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    monkeypatch.setattr(static, "_run_trial",
+                        lambda options, folder: trials.append(folder) or
+                        {"ok": ok, "why": why})
+    return trials
+
+
+def test_a_crash_in_the_trial_costs_the_child_and_is_remembered(tmp_path, monkeypatch):
+    "A segfault while compiling cannot be caught: the trial's child takes it instead."
+    monkeypatch.setattr(static, "_TRIAL_CODE",
+                        "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    model, src = small_model(), padded_sources(3)
+    step = CompiledStep(cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"killed by SIGSEGV\); decoding eagerly"):
+        ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
+    assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
+    trials = eager_step(monkeypatch)                # the verdict is read, not re-tried
+    with pytest.warns(RuntimeWarning, match="killed by SIGSEGV"):
+        static_greedy_decode(model, src, max_len_b=8, step=CompiledStep(cache_dir=tmp_path))
+    assert trials == []
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1]", "foreign"])
+def test_a_damaged_or_foreign_verdict_is_tried_again(tmp_path, monkeypatch, damage):
+    trials = eager_step(monkeypatch)
+    folder = static.compile_dir(tmp_path)
+    record = folder / f"trial-{static._digest({})}.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"ok": True, "why": "", "options": {}, "setup": {
+        **static._setup(), "torch": "1.0"}}) if damage == "foreign" else damage)
+    model, src = small_model(), padded_sources(3)
+    step = CompiledStep(cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="trying the compilation again"):
+        ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
+    assert trials == [folder] and step.failed is None
+    assert json.loads(record.read_text())["setup"] == static._setup()
+    assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
+
+
+def test_a_failed_compilation_warns_once_and_decodes_eagerly(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no compiler in this test")
 
+    eager_step(monkeypatch)
     monkeypatch.setattr(torch, "compile", broken)
     model, src = small_model(), padded_sources(3)
-    step = CompiledStep()
+    step = CompiledStep(cache_dir=tmp_path)
     with pytest.warns(RuntimeWarning, match="no compiler in this test") as caught:
         ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
         beams, _ = static_beam_search(model, src, max_len_b=8, step=step)
@@ -125,3 +184,25 @@ def test_a_failed_compilation_warns_once_and_decodes_eagerly(monkeypatch):
     assert isinstance(step.failed, RuntimeError)
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
     assert torch.equal(beams, beam_search(model, src, max_len_b=8)[0])
+
+
+def test_the_translator_s_compiled_engine(tmp_path, monkeypatch):
+    """engine="compiled" decodes by part 9b's static search through `CompiledStep`
+    (compiling itself is tested above); where it cannot run, it says why."""
+    from small_models import SHIPPED, small_translator
+    from annotated_transformer.data import load_tokenizer
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(static, "_COMPILED", {})
+    trials, steps, real = eager_step(monkeypatch), [], static.static_step
+    monkeypatch.setattr(static, "static_step", lambda *a: steps.append(1) or real(*a))
+    tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
+    sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
+    for k in (1, 3):
+        eager = tr.translate(sentences, beam_size=k, precision="fp32")
+        assert tr.translate(sentences, beam_size=k, engine="compiled") == eager
+    assert steps and trials == [static.compile_dir(tmp_path)]      # one trial, kept
+    with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU; "
+                                            "int8 on cpu decodes eagerly"):
+        tr.translate(sentences, engine="compiled", precision="int8")
+    with pytest.raises(ValueError, match="engine must be one of"):
+        tr.translate(sentences, engine="fast")

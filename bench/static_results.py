@@ -1,0 +1,190 @@
+"""Part 9b's results file: the decoding step before and after compiling, the first call's
+cost, and the compiled engine's translations of the whole test set against the eager ones.
+
+On the shipped model (chapter 11), in float32 with the weights as the Translator decodes them
+on a CPU (`decoding_model`, chapter 9a):
+  - step: one test sentence decoded greedily, token by token, by chapter 9's cached step
+    ("eager cached"), part 9b's static step run eagerly ("static eager") and compiled
+    ("static compiled"): milliseconds per step (median of --repeats passes over the
+    sentence's steps) and PyTorch operator calls per step (top-level `aten::` calls under
+    torch.profiler: an operator called inside another is not counted again; the loops
+    Inductor generates are not operator calls). Each engine in a fresh process of its
+    own, --rounds rounds, engines taking turns; the best round counts.
+  - first call: `Translator.translate(sentence, beam_size=1, engine=...)` in a fresh
+    process: eager; compiled with an empty cache folder (the trial and the compilation);
+    compiled again in a new process with that folder kept.
+  - same: every sentence of test_2016_flickr, greedy and beam 4, eager and compiled, with
+    BLEU (one process: these times are not a benchmark).
+Writes bench/results/static_step.json, which part 9b loads.
+
+    python bench/static_results.py --threads 2
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCE = "A man in a blue shirt is standing on a ladder cleaning windows."
+STEP_ENGINES = ("eager cached", "static eager", "static compiled")
+
+
+def _translator(a):
+    from annotated_transformer.translator import Translator
+    torch.set_num_threads(a.threads)
+    return Translator.from_pretrained(a.model_dir, device="cpu")
+
+
+def weight_bytes(model) -> int:
+    """Bytes of weights one decoding step reads: the decoder's, less the encoder-side
+    keys' and values' projections (computed once per sentence), and the output layer."""
+    total = 0
+    for name, p in model.decoder.named_parameters():
+        share = 1 / 3 if "cross_attn.in_proj" in name else 1     # W^Q of [W^Q W^K W^V]
+        total += share * p.numel() * p.element_size()
+    return int(total + sum(p.numel() * p.element_size()
+                           for p in model.generator.parameters()))
+
+
+def top_level_ops(prof) -> int:
+    "aten:: calls not made inside another aten:: call."
+    count = 0
+    for e in prof.events():
+        parent, nested = e.cpu_parent, False
+        while parent is not None and not nested:
+            nested, parent = parent.name.startswith("aten::"), parent.cpu_parent
+        count += e.name.startswith("aten::") and not nested
+    return count
+
+
+def step_worker(engine: str, a) -> dict:
+    "One sentence's steps, fed its own greedy output: time and operators per step."
+    from torch.profiler import ProfilerActivity, profile
+
+    from annotated_transformer.decoding import (
+        MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
+    from annotated_transformer.quantization import decoding_model
+    from annotated_transformer.static import StaticCache, bucket, compiled_step, static_step
+    from annotated_transformer.translator import encode_sources
+    tr = _translator(a)
+    model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
+    src = torch.tensor(encode_sources(tr.sp, [SENTENCE], max_len=model.config.max_len,
+                                      max_len_b=MAX_LEN_B))
+    with torch.inference_mode():
+        out = greedy_decode(model, src)[0]                        # (1, n): BOS ... EOS
+        memory, src_mask, limit = prepare_decoding(model, src, None, MAX_LEN_A, MAX_LEN_B)
+        n = out.size(1) - 1                                       # steps that made it
+        step = compiled_step() if engine == "static compiled" else static_step
+
+        def one_pass():
+            if engine == "eager cached":
+                cache = model.init_cache()
+                for i in range(n):
+                    decode_step(model, memory, src_mask, out[:, :i + 1], cache)
+                return
+            cache = StaticCache(model, 1, bucket(int(limit.max())), bucket(src.size(1)))
+            cache.fill_source(model, memory, src_mask)
+            for i in range(n):
+                step(model, out[:, i:i + 1].clone(), torch.tensor([i]), cache)
+
+        one_pass()                                    # compiles the compiled step
+        times = []
+        for _ in range(a.repeats):
+            t0 = time.perf_counter()
+            one_pass()
+            times.append((time.perf_counter() - t0) / n)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            one_pass()
+    failed = getattr(step, "failed", None)            # the compiled step fell back
+    return {"ms_per_step": 1e3 * statistics.median(times), "ops_per_step":
+            top_level_ops(prof) / n, "steps": n, "weight_bytes": weight_bytes(model),
+            "failed": repr(failed) if failed else None}
+
+
+def first_worker(engine: str, a) -> dict:
+    "Seconds of the first translate call of a fresh process."
+    tr = _translator(a)
+    t0 = time.perf_counter()
+    out = tr.translate(SENTENCE, beam_size=1, engine=engine)
+    return {"seconds": time.perf_counter() - t0, "out": out}
+
+
+def same_worker(_, a) -> dict:
+    "The whole test set, greedy and beam 4, eager and compiled: identical lines, BLEU."
+    from annotated_transformer.translator import corpus_bleu
+    tr = _translator(a)
+    src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]
+    ref = Path(a.data, "test_2016_flickr.de").read_text().splitlines()[:len(src)]
+    result = {"sentences": len(src)}
+    for k in (1, 4):
+        runs = {}
+        for engine in ("eager", "compiled"):
+            t0 = time.perf_counter()
+            out = tr.translate(src, beam_size=k, precision="fp32", engine=engine)
+            runs[engine] = {"seconds": time.perf_counter() - t0, "out": out,
+                            "bleu": corpus_bleu(out, ref)[0].score}
+        result[f"beam{k}"] = {
+            "identical": sum(x == y for x, y in zip(runs["eager"]["out"],
+                                                    runs["compiled"]["out"])),
+            **{f"{e}_{key}": runs[e][key] for e in runs for key in ("bleu", "seconds")}}
+    return result
+
+
+WORKERS = {"step": step_worker, "first": first_worker, "same": same_worker}
+
+
+def spawn(kind: str, engine: str, a, env=None) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, engine, "--model-dir", a.model_dir,
+           "--data", a.data, "--threads", str(a.threads), "--repeats", str(a.repeats),
+           "--sentences", str(a.sentences)]
+    done = subprocess.run(cmd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})})
+    if done.returncode:
+        sys.exit(f"{kind} {engine} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", default=str(ROOT / "models" / "multi30k_en_de"))
+    p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=20, help="timed passes per process")
+    p.add_argument("--sentences", type=int, default=0, help="same: first N (0: all)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench/results/static_step.json")
+    p.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.worker:
+        print(json.dumps(WORKERS[a.worker[0]](a.worker[1], a)))
+        return
+    from annotated_transformer.durable import write_durably
+    from annotated_transformer.utils import hardware
+    kept = tempfile.mkdtemp()                 # one cache folder for every compiled run
+    env = {"AT_CACHE_DIR": kept}
+    first = {"eager": spawn("first", "eager", a),
+             "compiled, nothing kept": spawn("first", "compiled", a, env),
+             "compiled, kept": spawn("first", "compiled", a, env)}
+    rounds = [{e: spawn("step", e, a, env) for e in STEP_ENGINES} for _ in range(a.rounds)]
+    step = {e: min((r[e] for r in rounds), key=lambda x: x["ms_per_step"])
+            for e in STEP_ENGINES}
+    result = {"hardware": hardware(), "isa": torch.backends.cpu.get_cpu_capability(),
+              "threads": a.threads, "torch": torch.__version__, "sentence": SENTENCE,
+              "rounds": a.rounds, "repeats": a.repeats,
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                       capture_output=True, text=True).stdout.strip(),
+              "date": time.strftime("%Y-%m-%d"), "step": step, "first_call": first,
+              "same": spawn("same", "-", a, env)}
+    write_durably(a.out, json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
