@@ -41,6 +41,7 @@ from .trainer import (
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, beam_search, greedy_decode, length_penalty)
 from . import static  # noqa: F401 (part 9b: its names stay in it)
+from . import compiled  # noqa: F401 (part 9d: its names stay in it)
 from .data import (
     decode_ids, encode_text, load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from .hub import DownloadError, download_model

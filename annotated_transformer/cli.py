@@ -23,8 +23,8 @@ from .distributed import teardown
 from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (
-    TRANSLATE_PRECISIONS, Translator,
-    BATCH_SIZE, ENGINES, corpus_bleu, decoding_precision, decoding_step)
+    BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
+from .compiled import ENGINES, decoding_step
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
@@ -75,8 +75,8 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                         "(default: auto)")
     g.add_argument("--engine", choices=ENGINES, default="eager",
                    help="eager: one operation at a time; compiled: a static-shape step "
-                        "compiled once (fp32, CPU; the first run compiles for minutes) "
-                        "(default: eager)")
+                        "compiled once (fp32, CPU; tens of seconds to compile the "
+                        "first time, seconds in every new process) (default: eager)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -238,7 +238,8 @@ def _precision(asked: str, translator: Translator, engine: str) -> tuple[str, st
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_if_emulated(precision, device)
-        engine = engine if decoding_step(engine, precision, device) else "eager"
+        engine = engine if decoding_step(engine, precision=precision,
+                                         device=device) else "eager"
     for w in caught:
         say(f"warning: {w.message}")
     return precision, engine

@@ -1,4 +1,4 @@
-"""Chapter 9b's static-shape decoding step, eager and compiled, against chapter 9's cached step.
+"""Part 9b's static-shape step, eager and compiled (part 9d), against chapter 9's cached step.
 
 Engines, on the shipped model (chapter 11) and the first --sentences of test_2016_flickr,
 greedy, one sentence at a time (batch 1):
@@ -34,8 +34,8 @@ def worker(name: str, a) -> dict:
 
     from annotated_transformer.decoding import greedy_decode
     from annotated_transformer.quantization import column_major
-    from annotated_transformer.static import (bucket, compiled_step,
-                                              static_greedy_decode, static_step)
+    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.static import bucket, static_greedy_decode, static_step
     from annotated_transformer.translator import MAX_LEN_B, Translator, encode_sources
     torch.set_num_threads(a.threads)
     translator = Translator.from_pretrained(a.model_dir, device="cpu")

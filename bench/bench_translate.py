@@ -42,13 +42,14 @@ def load_static(model_dir: str, compiled: bool):
     decoding weights, in its batches (`translate_batched`); `compiled`: torch.compile."""
     from torch import nn
     from annotated_transformer import static
+    from annotated_transformer.compiled import compiled_step
     from annotated_transformer.decoding import MAX_LEN_B
     from annotated_transformer.formats import PAD_ID
     from annotated_transformer.quantization import decoding_model
     from annotated_transformer.translator import Translator, translate_batched
     ours = Translator.from_pretrained(model_dir, device="cpu")
     model = decoding_model(ours.model, "fp32", torch.device("cpu"), {}).eval()
-    step = static.compiled_step() if compiled else static.static_step
+    step = compiled_step() if compiled else static.static_step
 
     def search(rows, k):
         src = nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows],

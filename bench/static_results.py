@@ -1,21 +1,21 @@
-"""Part 9b's results file: the decoding step before and after compiling, the first call's
+"""Part 9d's results file: the decoding step before and after compiling, the first call's
 cost, and the compiled engine's translations of the whole test set against the eager ones.
 
 On the shipped model (chapter 11), in float32 with the weights as the Translator decodes them
 on a CPU (`decoding_model`, chapter 9a):
   - step: one test sentence decoded greedily, token by token, by chapter 9's cached step
-    ("eager cached"), part 9b's static step run eagerly ("static eager") and compiled
-    ("static compiled"): milliseconds per step (median of --repeats passes over the
+    ("eager cached"), part 9b's static step run eagerly ("static eager") and compiled by
+    part 9d ("static compiled"): milliseconds per step (median of --repeats passes over the
     sentence's steps) and PyTorch operator calls per step (top-level `aten::` calls under
     torch.profiler: an operator called inside another is not counted again; the loops
     Inductor generates are not operator calls). Each engine in a fresh process of its
     own, --rounds rounds, engines taking turns; the best round counts.
-  - first call: `Translator.translate(sentence, beam_size=1, engine=...)` in a fresh
-    process: eager; compiled with an empty cache folder (the trial and the compilation);
+  - first call: `Translator.translate(sentence, beam_size=1, precision="fp32",
+    engine=...)` in a fresh process: eager; compiled with an empty cache folder (the trial and the compilation);
     compiled again in a new process with that folder kept.
   - same: every sentence of test_2016_flickr, greedy and beam 4, eager and compiled, with
     BLEU (one process: these times are not a benchmark).
-Writes bench/results/static_step.json, which part 9b loads.
+Writes bench/results/static_step.json, which part 9d loads.
 
     python bench/static_results.py --threads 2
 """
@@ -71,7 +71,8 @@ def step_worker(engine: str, a) -> dict:
     from annotated_transformer.decoding import (
         MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
     from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.static import StaticCache, bucket, compiled_step, static_step
+    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.static import StaticCache, bucket, static_step
     from annotated_transformer.translator import encode_sources
     tr = _translator(a)
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
@@ -112,7 +113,7 @@ def first_worker(engine: str, a) -> dict:
     "Seconds of the first translate call of a fresh process."
     tr = _translator(a)
     t0 = time.perf_counter()
-    out = tr.translate(SENTENCE, beam_size=1, engine=engine)
+    out = tr.translate(SENTENCE, beam_size=1, precision="fp32", engine=engine)
     return {"seconds": time.perf_counter() - t0, "out": out}
 
 

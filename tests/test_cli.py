@@ -338,14 +338,17 @@ def test_translate_int8(model_dir, tmp_path, capsys):
 
 
 def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
-    """--engine compiled gives the eager lines (the step run uncompiled here: chapter 9b's
+    """--engine compiled gives the eager lines (the step run uncompiled here: part 9d's
     tests compile it); with --precision int8 it says in one line why it cannot."""
-    from annotated_transformer import static
+    from annotated_transformer import compiled
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(static, "_COMPILED", {})
-    monkeypatch.setattr(static.torch, "compile", lambda fn, **kw: fn)
-    monkeypatch.setattr(static, "_run_trial", lambda options, folder: {"ok": True,
-                                                                        "why": ""})
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
+    monkeypatch.setattr(compiled, "_COMPILED", {})
+    monkeypatch.setattr(compiled.torch, "compile", lambda fn, **kw: fn)
+    monkeypatch.setattr(compiled, "_run_trial", lambda options, folder: {
+        "ok": True, "why": "", "lasting": True})
+    steps, real = [], compiled.static_step
+    monkeypatch.setattr(compiled, "static_step", lambda *a: steps.append(1) or real(*a))
     src = tmp_path / "in.en"
     src.write_text("A dog runs.\n\nTwo men talk in a park.\n")
     args = ["translate", "--model-dir", str(model_dir), "-i", str(src), "--beam-size", "2"]
@@ -353,7 +356,7 @@ def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     eager = capsys.readouterr().out
     assert main(args + ["--engine", "compiled"]) == 0
     out, err = capsys.readouterr()
-    assert out == eager and "precision fp32, the compiled engine's" in err
+    assert out == eager and "precision fp32, the compiled engine's" in err and steps
     assert main(args + ["--engine", "compiled", "--precision", "int8"]) == 0
     out, err = capsys.readouterr()
     assert err.count("compiled engine decodes fp32 on the CPU; int8 on cpu decodes "
