@@ -16,7 +16,6 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch._dynamo.exc as _dynamo_exc      # the compiler's own errors
 from torch import Tensor
 
 from .utils import cache_root, caller_stacklevel
@@ -114,6 +113,22 @@ def compile_trial(options: dict, folder: Path) -> None:
         kept = f" (kept in {record}: delete it to try again)" if record.exists() else ""
         raise RuntimeError(verdict["why"] + kept)
 
+# %% ../nbs/07d_compiled.ipynb #9f3d34ea
+def _inductor_cache(folder: Path) -> Path:
+    """Point Inductor's cache at `folder` for the rest of the process, unless the user
+    named another place in $TORCHINDUCTOR_CACHE_DIR; the folder in use."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    now = os.environ.get("TORCHINDUCTOR_CACHE_DIR")   # importing Inductor sets it
+    if now is None or Path(now) == Path(default_cache_dir()).absolute():
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = now = str(folder)
+    return Path(now)
+
+
+def _compiler_errors() -> type:
+    "The class of the errors torch.compile raises when compiling fails."
+    from torch._dynamo.exc import TorchDynamoException   # imported when used: slow
+    return TorchDynamoException
+
 # %% ../nbs/07d_compiled.ipynb #6ecd5352
 class CompiledStep:
     """`static_step` compiled by `torch.compile(dynamic=False, options=options)` at its
@@ -122,15 +137,11 @@ class CompiledStep:
 
     def __init__(self, *, cache_dir=None, **options):
         self.options, self.fn, self.failed = options, None, None
-        self.folder = compile_dir(cache_dir)
+        self.folder = self.kept_in = compile_dir(cache_dir)
 
     def _compile(self) -> None:
-        "Inductor's cache pointed at `folder` (unless set), the trial, `torch.compile`."
-        kept = Path(os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(self.folder)))
-        if kept != self.folder:               # set before: by the user, or Inductor
-            warnings.warn(f"Inductor's cache in this process is {kept}: compiled code "
-                          f"is kept there, not in {self.folder}", RuntimeWarning,
-                          stacklevel=caller_stacklevel())
+        "Inductor's cache pointed at `folder`, the trial, then `torch.compile`."
+        self.kept_in = _inductor_cache(self.folder)
         compile_trial(self.options, self.folder)
         config = torch._dynamo.config             # the limit's name before torch 2.7
         name = next(n for n in ("recompile_limit", "cache_size_limit")
@@ -147,7 +158,7 @@ class CompiledStep:
                     self._compile()
                 return self.fn(model, token, t, cache)
             except Exception as e:    # the step wrote nothing yet: eager redoes it all
-                if self.fn and not isinstance(e, _dynamo_exc.TorchDynamoException):
+                if self.fn and not isinstance(e, _compiler_errors()):
                     raise                     # not the compiler's failure: the caller's
                 self.failed, cause = e, getattr(e, "inner_exception", e)
                 why = (str(cause).strip().splitlines() or [""])[0][:200]

@@ -1,6 +1,7 @@
 """Parts 9b and 9d: decoding on a static-shape cache gives chapter 9's tokens, compiled or
 not; the compiled step's trial, kept verdicts and fallback; the translator's engine."""
 import json
+import os
 import sys
 import warnings
 
@@ -260,3 +261,20 @@ def test_the_translator_s_compiled_engine(tmp_path, monkeypatch):
         tr.translate(sentences, engine="compiled", precision="int8")
     with pytest.raises(ValueError, match="engine must be one of"):
         tr.translate(sentences, engine="fast")
+
+
+def test_inductor_s_cache_goes_to_the_step_s_folder_unless_the_user_named_one(
+        tmp_path, monkeypatch):
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    eager_step(monkeypatch)
+    model, src = small_model(), padded_sources(2)
+    for named, kept in [(None, True), (default_cache_dir(), True), (str(tmp_path), False)]:
+        if named:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", named)
+        else:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        step = CompiledStep(cache_dir=tmp_path / "cache")
+        static_greedy_decode(model, src, max_len_b=4, step=step)
+        expected = step.folder if kept else tmp_path
+        assert step.kept_in == expected
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(expected)
