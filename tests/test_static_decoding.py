@@ -111,8 +111,8 @@ def fxgraphs(folder) -> int:
 
 
 def test_compiled_step_gives_the_eager_tokens(kept, monkeypatch):
-    """One layer 8 wide, compiled for three shapes: one sentence at its length limit
-    (EOS forbidden until then), a padded batch greedily and by beam search; the code
+    """One layer 8 wide, compiled for two shapes: one sentence at its length limit (EOS
+    forbidden until then), greedily, and a padded batch by beam search; the code
     compiled in this process is kept in the step's folder, beside the trial's."""
     if why := compile_unavailable():
         pytest.skip(why)
@@ -129,8 +129,6 @@ def test_compiled_step_gives_the_eager_tokens(kept, monkeypatch):
             pytest.skip(f"no C++ compiler here: {step.failed!r}")
         assert step.failed is None
         assert ids.size(1) == 16 and torch.equal(ids, greedy_decode(model, one, **limit)[0])
-        ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
-        assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
         beams, _ = static_beam_search(model, src, beam_size=2, max_len_b=8, step=step)
         assert torch.equal(beams, beam_search(model, src, beam_size=2, max_len_b=8)[0])
     assert step.failed is None
