@@ -27,6 +27,9 @@ from .static import StaticCache, static_greedy_decode, static_step
 _ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")    # settings that pick kernels
 TRIAL_TIMEOUT = 600                       # seconds a trial compilation may take
 _DIFFERENT = 3                  # the trial's exit status when the tokens differ
+_CRASHES = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")    # the code's own faults
+_TRIAL_CODE = ("import sys; from annotated_transformer.compiled import _trial; "
+               "_trial(sys.argv[1])")          # what the trial's child process runs
 RECOMPILE_LIMIT = 64            # shapes (rows, output and source buckets) per process
 
 
@@ -63,10 +66,6 @@ def _trial(options_json: str) -> None:
             sys.exit(_DIFFERENT)
 
 
-_TRIAL_CODE = ("import sys; from annotated_transformer.compiled import _trial; "
-               "_trial(sys.argv[1])")          # what the child process runs
-
-
 def _run_trial(options: dict, folder: Path) -> dict:
     "The verdict of `_trial` run in a child process: whether it passed, and why not."
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(folder),   # this one's modules
@@ -79,9 +78,12 @@ def _run_trial(options: dict, folder: Path) -> dict:
         return {"ok": False, "why": f"a trial compilation ran over {TRIAL_TIMEOUT} s",
                 "lasting": False}
     if r.returncode < 0:                    # a crash: the reason is the signal
-        name = signal.Signals(-r.returncode).name
+        try:
+            name = signal.Signals(-r.returncode).name
+        except ValueError:
+            name = f"signal {-r.returncode}"
         return {"ok": False, "why": f"a trial compilation was killed by {name}",
-                "lasting": name != "SIGKILL"}       # SIGKILL: out of memory, or a user
+                "lasting": name in _CRASHES}   # not a kill from outside (OOM, a user)
     if r.returncode == 0:
         return {"ok": True, "why": "", "lasting": True}
     last = (r.stderr.strip().splitlines() or [""])[-1]
@@ -99,9 +101,11 @@ def compile_trial(options: dict, folder: Path) -> None:
     if record.exists():
         try:
             verdict = json.loads(record.read_text())
-            if verdict.get("setup") != _setup() or verdict.get("options") != options:
+            if not {"ok", "why", "setup", "options"} <= set(verdict):
+                raise ValueError("not a verdict")
+            if verdict["setup"] != _setup() or verdict["options"] != options:
                 raise ValueError("written under another setup")
-        except (ValueError, AttributeError) as e:
+        except (ValueError, TypeError) as e:
             warnings.warn(f"{record}: {e}; trying the compilation again",
                           RuntimeWarning, stacklevel=caller_stacklevel())
             verdict = None
@@ -124,10 +128,11 @@ def _inductor_cache(folder: Path) -> Path:
     return Path(now)
 
 
-def _compiler_errors() -> type:
-    "The class of the errors torch.compile raises when compiling fails."
-    from torch._dynamo.exc import TorchDynamoException   # imported when used: slow
-    return TorchDynamoException
+def _compiling_failed(e: Exception) -> bool:
+    "Whether `e` is torch.compile failing, not an error in the call it compiles."
+    from torch._dynamo import exc               # imported when used: slow to import
+    return (isinstance(e, exc.TorchDynamoException)
+            and not isinstance(e, exc.TorchRuntimeError))   # the call's own error
 
 # %% ../nbs/07d_compiled.ipynb #6ecd5352
 class CompiledStep:
@@ -158,7 +163,7 @@ class CompiledStep:
                     self._compile()
                 return self.fn(model, token, t, cache)
             except Exception as e:    # the step wrote nothing yet: eager redoes it all
-                if self.fn and not isinstance(e, _compiler_errors()):
+                if self.fn and not _compiling_failed(e):
                     raise                     # not the compiler's failure: the caller's
                 self.failed, cause = e, getattr(e, "inner_exception", e)
                 why = (str(cause).strip().splitlines() or [""])[0][:200]

@@ -119,7 +119,10 @@ def first_worker(engine: str, a) -> dict:
 
 
 def same_worker(_, a) -> dict:
-    "The whole test set, greedy and beam 4, eager and compiled: identical lines, BLEU."
+    """The whole test set, greedy and beam 4, eager and compiled: identical lines, BLEU,
+    seconds (the compiled ones include compiling each new batch shape), and whether the
+    compiled step fell back to eager."""
+    from annotated_transformer.compiled import compiled_step
     from annotated_transformer.translator import corpus_bleu
     tr = _translator(a)
     src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]
@@ -136,6 +139,8 @@ def same_worker(_, a) -> dict:
             "identical": sum(x == y for x, y in zip(runs["eager"]["out"],
                                                     runs["compiled"]["out"])),
             **{f"{e}_{key}": runs[e][key] for e in runs for key in ("bleu", "seconds")}}
+    failed = compiled_step().failed
+    result["compiled_fell_back"] = repr(failed) if failed else None
     return result
 
 

@@ -203,6 +203,23 @@ def test_a_later_shape_that_fails_to_compile_goes_eager_other_errors_surface(
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: lambda *a: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         static_greedy_decode(model, src, max_len_b=8, step=CompiledStep(cache_dir=tmp_path))
+    from torch._dynamo.exc import TorchRuntimeError      # the call's error, traced
+
+    def bad_input(*a):
+        raise TorchRuntimeError("shapes do not match")
+
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: bad_input)
+    with pytest.raises(TorchRuntimeError):
+        static_greedy_decode(model, src, max_len_b=8, step=CompiledStep(cache_dir=tmp_path))
+
+
+def test_a_trial_killed_from_outside_is_not_kept(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
+    monkeypatch.setattr(compiled, "_TRIAL_CODE",
+                        "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    with pytest.raises(RuntimeError, match="killed by SIGTERM$"):
+        compiled.compile_trial({}, tmp_path)
+    assert not list(tmp_path.glob("trial-*.json"))
 
 
 @pytest.mark.parametrize("damage", ["{not json", "[1]", "foreign"])
