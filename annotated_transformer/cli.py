@@ -24,7 +24,7 @@ from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (
     BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
-from .compiled import ENGINES, decoding_step
+from .compiled import ENGINES, compiled_step, decoding_step
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
@@ -214,6 +214,9 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     hypotheses = translate_lines(translator, sources, progress=sys.stderr.isatty(),
                                  **options)
     seconds = time.perf_counter() - start
+    failed = compiled_step().failed if options["engine"] == "compiled" else None
+    if failed is not None:              # what finished the run, and why (part 9d)
+        options = {**options, "engine": "eager", "fallback": repr(failed)[:300]}
     if a.output:
         write_lines(a.output, hypotheses)
     score, signature = corpus_bleu(hypotheses, references)
@@ -259,7 +262,9 @@ def _run(a) -> int:
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
                    precision=precision, engine=engine)
     run = _translate if a.command == "translate" else _evaluate
-    return run(a, translator, options)
+    with warnings.catch_warnings():     # a warning while translating: one line
+        warnings.showwarning = lambda message, *_, **__: say(f"warning: {message}")
+        return run(a, translator, options)
 
 # %% ../nbs/09f_cli.ipynb #ffba92e9
 def main(argv=None) -> int:

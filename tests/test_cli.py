@@ -346,7 +346,7 @@ def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(compiled, "_COMPILED", {})
     monkeypatch.setattr(compiled.torch, "compile", lambda fn, **kw: fn)
     monkeypatch.setattr(compiled, "_run_trial", lambda options, folder: {
-        "ok": True, "why": "", "lasting": True})
+        "ok": True, "why": "", "keep_s": None})
     steps, real = [], compiled.static_step
     monkeypatch.setattr(compiled, "static_step", lambda *a: steps.append(1) or real(*a))
     src = tmp_path / "in.en"
@@ -361,6 +361,40 @@ def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert err.count("compiled engine decodes fp32 on the CPU; int8 on cpu decodes "
                      "eagerly") == 1 and out.count("\n") == 3
+
+def test_evaluate_json_names_the_engine_that_finished(model_dir, tmp_path, monkeypatch,
+                                                     capsys):
+    """A compiled step that fails (the compiler's own error) decodes eagerly: one warning
+    line on stderr, and the JSON says "eager" and why."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from annotated_transformer import compiled
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
+    monkeypatch.setattr(compiled, "_COMPILED", {})
+    monkeypatch.setattr(compiled, "_run_trial", lambda options, folder: {
+        "ok": True, "why": "", "keep_s": None})
+
+    def fails(fn, **kw):
+        def run(*a):
+            raise BackendCompilerFailed(fn, RuntimeError("no kernel here"), None)
+        return run
+
+    monkeypatch.setattr(compiled.torch, "compile", fails)
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\nTwo men talk in a park.\n")
+    args = ["evaluate", "--model-dir", str(model_dir), "--source", str(src),
+            "--reference", str(src), "--beam-size", "2", "--json"]
+    assert main(args + ["--precision", "fp32"]) == 0
+    eager = json.loads(capsys.readouterr().out)
+    assert main(args + ["--engine", "compiled"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["engine"] == "eager" and "no kernel here" in result["fallback"]
+    assert result["score"] == eager["score"] and "fallback" not in eager
+    said = [line for line in err.splitlines() if "torch.compile" in line]
+    assert len(said) == 1
+    assert said[0].startswith("annotated-transformer: warning: torch.compile")
+    assert "Warning" not in err.replace("warning: ", "")     # no Python warning format
 
 # -- faults while training (issue 38) ------------------------------------------------------
 

@@ -3,6 +3,7 @@ not; the compiled step's trial, kept verdicts and fallback; the translator's eng
 import json
 import os
 import sys
+import time
 import warnings
 
 import pytest
@@ -145,7 +146,7 @@ def eager_step(monkeypatch, ok=True, why=""):
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     monkeypatch.setattr(compiled, "_run_trial",
                         lambda options, folder: trials.append(folder) or
-                        {"ok": ok, "why": why, "lasting": ok})
+                        {"ok": ok, "why": why, "keep_s": None if ok else 0})
     return trials
 
 
@@ -237,6 +238,51 @@ def test_a_damaged_or_foreign_verdict_is_tried_again(tmp_path, monkeypatch, dama
     assert trials == [folder] and step.failed is None
     assert json.loads(record.read_text())["setup"] == compiled._setup()
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
+
+
+def test_a_damaged_verdict_then_a_failure_that_may_pass_leaves_no_verdict(
+        tmp_path, monkeypatch):
+    "The damaged file goes; the error does not claim a verdict is kept."
+    eager_step(monkeypatch, ok=False, why="a trial compilation failed: no cc")
+    record = tmp_path / f"trial-{compiled._digest({})}.json"
+    record.write_text("{not json")
+    with pytest.warns(RuntimeWarning, match="trying the compilation again"):
+        with pytest.raises(RuntimeError, match="no cc$"):
+            compiled.compile_trial({}, tmp_path)
+    assert not record.exists()
+
+
+def test_a_timeout_is_believed_for_a_day_then_tried_again(tmp_path, monkeypatch):
+    "A slow machine costs one trial a day, not one per process."
+    monkeypatch.setattr(compiled, "TRIAL_TIMEOUT", 0.01)
+    monkeypatch.setattr(compiled, "_TRIAL_CODE", "import time; time.sleep(30)")
+    with pytest.raises(RuntimeError, match=r"ran over 0.01 s \(kept in .* until .*"
+                                           r"delete it to try again sooner\)"):
+        compiled.compile_trial({}, tmp_path)
+    record = next(tmp_path.glob("trial-*.json"))
+    until = json.loads(record.read_text())["until"]
+    assert until == pytest.approx(time.time() + compiled.TIMEOUT_KEPT, abs=60)
+    monkeypatch.setattr(compiled, "_TRIAL_CODE", "pass")        # would pass now
+    with pytest.raises(RuntimeError, match="ran over"):          # but is not run
+        compiled.compile_trial({}, tmp_path)
+    monkeypatch.setattr(time, "time", lambda: until + 1)         # a day later
+    monkeypatch.setattr(compiled, "TRIAL_TIMEOUT", 60)
+    compiled.compile_trial({}, tmp_path)
+    assert json.loads(record.read_text())["ok"]
+
+
+def test_options_are_json_values_and_match_their_kept_verdict(tmp_path, monkeypatch):
+    """A tuple is kept as a list and still matches; the shared step is found again for
+    list values; an option JSON cannot hold is refused when the step is made."""
+    trials = eager_step(monkeypatch)
+    compiled.compile_trial({"shape_padding": (8, 16)}, tmp_path)
+    compiled.compile_trial({"shape_padding": [8, 16]}, tmp_path)
+    assert len(trials) == 1
+    monkeypatch.setattr(compiled, "_COMPILED", {})
+    one = compiled.compiled_step(cache_dir=tmp_path, shape_padding=[8, 16])
+    assert compiled.compiled_step(cache_dir=tmp_path, shape_padding=[8, 16]) is one
+    with pytest.raises(TypeError, match="must be JSON values"):
+        CompiledStep(cache_dir=tmp_path, post_grad_custom_pass=print)
 
 
 def test_a_failed_compilation_warns_once_and_decodes_eagerly(tmp_path, monkeypatch):
