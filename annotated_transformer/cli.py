@@ -214,9 +214,9 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     hypotheses = translate_lines(translator, sources, progress=sys.stderr.isatty(),
                                  **options)
     seconds = time.perf_counter() - start
-    failed = compiled_step().failed if options["engine"] == "compiled" else None
-    if failed is not None:              # what finished the run, and why (part 9d)
-        options = {**options, "engine": "eager", "fallback": repr(failed)[:300]}
+    step = compiled_step() if options["engine"] == "compiled" else None
+    if step is not None and step.failed is not None:    # part 9d: decoded eagerly
+        options = {**options, "fallback": step.why}
     if a.output:
         write_lines(a.output, hypotheses)
     score, signature = corpus_bleu(hypotheses, references)
@@ -262,17 +262,21 @@ def _run(a) -> int:
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
                    precision=precision, engine=engine)
     run = _translate if a.command == "translate" else _evaluate
-    with warnings.catch_warnings():     # a warning while translating: one line
-        warnings.showwarning = lambda message, *_, **__: say(f"warning: {message}")
-        return run(a, translator, options)
+    return run(a, translator, options)
 
 # %% ../nbs/09f_cli.ipynb #ffba92e9
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    "A warning printed as the command's other messages are: one line after its name."
+    return f"{PROG}: warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv=None) -> int:
     "The `annotated-transformer` command: `train`, `translate`, `evaluate`, `export`."
     a = _parser().parse_args(argv)
     # oneDNN keeps compiled kernels for up to 1024 matrix shapes by default; the varied
     # shapes of training batches under bf16 then grow memory by gigabytes
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+    formatted, warnings.formatwarning = warnings.formatwarning, _one_line
     try:
         return _run(a)
     except BrokenPipeError:            # the reader of stdout left (`| head`): stop
@@ -290,4 +294,5 @@ def main(argv=None) -> int:
         say("interrupted")
         return 130
     finally:
+        warnings.formatwarning = formatted
         teardown()

@@ -5,6 +5,7 @@ __all__ = ['TRIAL_TIMEOUT', 'TIMEOUT_KEPT', 'RECOMPILE_LIMIT', 'ENGINES', 'compi
            'compiled_step', 'decoding_step']
 
 # %% ../nbs/07d_compiled.ipynb #224efeec
+import contextlib
 import hashlib
 import json
 import math
@@ -56,10 +57,11 @@ def compile_dir(cache_dir=None) -> Path:
 def _options_json(options: dict) -> str:
     "Inductor's `options` as kept beside a verdict, and as the shared step's key."
     try:
-        return json.dumps(options, sort_keys=True)
-    except TypeError as e:
-        raise TypeError(f"Inductor options must be JSON values (numbers, strings, "
-                        f"lists): a trial's verdict is kept with them; {e}") from None
+        return json.dumps(options, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as e:        # a function, NaN, a dict within itself
+        raise TypeError(f"Inductor options must be JSON values (finite numbers, "
+                        f"strings, booleans, None, lists, dicts): a trial's verdict is "
+                        f"kept with them; {e}") from None
 
 # %% ../nbs/07d_compiled.ipynb #86eeda55
 def _trial(options_json: str) -> None:
@@ -104,41 +106,51 @@ def _run_trial(options: dict, folder: Path) -> dict:
             "keep_s": None if r.returncode == _DIFFERENT else 0}
 
 # %% ../nbs/07d_compiled.ipynb #c7c415bc
-def _kept_verdict(record: Path, options: dict) -> dict | None:
-    "The verdict kept in `record` for `options` under this setup, if any and still due."
-    if not record.exists():
-        return None
+def _kept_verdict(record: Path, options: dict) -> tuple[dict | None, str | None]:
+    """The verdict kept in `record` for `options` under this setup if it is still due
+    (None if not), and the text read (None if there was no file)."""
     try:
-        verdict = json.loads(record.read_text())
+        text = record.read_text()
+    except FileNotFoundError:                  # none, or another process removed it
+        return None, None
+    try:
+        verdict = json.loads(text)
         if not {"ok", "why", "setup", "options"} <= set(verdict):
             raise ValueError("not a verdict")
         if verdict["setup"] != _setup() or verdict["options"] != options:
             raise ValueError("written under another setup")
-        due = float(verdict.get("until", math.inf)) >= time.time()   # else expired
+        until = verdict.get("until", math.inf)
+        if isinstance(until, bool) or not isinstance(until, (int, float)):
+            raise ValueError(f"until={until!r} is not a time")
     except (ValueError, TypeError) as e:
         warnings.warn(f"{record}: {e}; trying the compilation again",
                       RuntimeWarning, stacklevel=caller_stacklevel())
-        return None
-    return verdict if due else None
+        return None, text
+    now = time.time()        # a clock set back must not stretch a day into a year
+    return (verdict if until == math.inf or now <= until <= now + TIMEOUT_KEPT
+            else None), text
 
 # %% ../nbs/07d_compiled.ipynb #0307629e
 def compile_trial(options: dict, folder: Path) -> None:
     """Raise RuntimeError unless compiling the step with `options` works under this
     setup: decided by `_trial` in a child process (which a crash cannot take this
     one with). A verdict that will not change (success, a crash, other tokens) is kept
-    in `folder`, a timeout for `TIMEOUT_KEPT` seconds; one that may change soon (a
-    missing compiler, a kill from outside) is tried again by the next call."""
+    in `folder`, a timeout for `TIMEOUT_KEPT` seconds by this machine's clock; one that
+    may change soon (a missing compiler, a kill from outside) is tried again by the
+    next process."""
     options = json.loads(_options_json(options))    # as kept: a tuple becomes a list
     record = folder / f"trial-{_digest(options)}.json"
-    verdict = _kept_verdict(record, options)
+    verdict, seen = _kept_verdict(record, options)
     if verdict is None:
         verdict = {**_run_trial(options, folder), "setup": _setup(), "options": options}
         keep_s = verdict.pop("keep_s")
-        if keep_s == 0:
-            record.unlink(missing_ok=True)      # a damaged or expired one: gone
-        else:
+        if keep_s != 0:
             verdict.update({} if keep_s is None else {"until": time.time() + keep_s})
             write_durably(record, json.dumps(verdict, indent=1) + "\n")
+        elif seen is not None:        # a damaged or expired file, unless replaced since
+            with contextlib.suppress(FileNotFoundError):
+                if record.read_text() == seen:
+                    record.unlink()
     if not verdict["ok"]:
         until = verdict.get("until")
         when = time.strftime(" until %Y-%m-%d %H:%M UTC", time.gmtime(until or 0))
@@ -167,11 +179,12 @@ def _compiling_failed(e: Exception) -> bool:
 class CompiledStep:
     """`static_step` compiled by `torch.compile(dynamic=False, options=options)` at its
     first call, once `compile_trial` says it works; its code kept in `compile_dir`. If
-    the trial or compiling fails: one warning, then `static_step` itself."""
+    the trial or compiling fails: one warning, then `static_step` itself (`failed` holds
+    the error, `why` its one line)."""
 
     def __init__(self, *, cache_dir=None, **options):
-        _options_json(options)                  # JSON values only: said now, not later
-        self.options, self.fn, self.failed = options, None, None
+        options = json.loads(_options_json(options))   # as the trial compiles them
+        self.options, self.fn, self.failed, self.why = options, None, None, ""
         self.folder = self.kept_in = compile_dir(cache_dir)
 
     def _compile(self) -> None:
@@ -197,8 +210,9 @@ class CompiledStep:
                     raise                     # not the compiler's failure: the caller's
                 self.failed, cause = e, getattr(e, "inner_exception", e)
                 why = (str(cause).strip().splitlines() or [""])[0][:200]
+                self.why = f"{type(cause).__name__}: {why}"     # for reports
                 warnings.warn(f"torch.compile of the decoding step failed "
-                              f"({type(cause).__name__}: {why}); decoding eagerly",
+                              f"({self.why}); decoding eagerly",
                               RuntimeWarning, stacklevel=caller_stacklevel())
         return static_step(model, token, t, cache)
 

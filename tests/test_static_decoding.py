@@ -273,16 +273,35 @@ def test_a_timeout_is_believed_for_a_day_then_tried_again(tmp_path, monkeypatch)
 
 def test_options_are_json_values_and_match_their_kept_verdict(tmp_path, monkeypatch):
     """A tuple is kept as a list and still matches; the shared step is found again for
-    list values; an option JSON cannot hold is refused when the step is made."""
+    list values; an option JSON cannot hold (a function, NaN) is refused when the step
+    is made."""
     trials = eager_step(monkeypatch)
-    compiled.compile_trial({"shape_padding": (8, 16)}, tmp_path)
-    compiled.compile_trial({"shape_padding": [8, 16]}, tmp_path)
+    compiled.compile_trial({"an_option": (8, 16)}, tmp_path)
+    compiled.compile_trial({"an_option": [8, 16]}, tmp_path)
     assert len(trials) == 1
     monkeypatch.setattr(compiled, "_COMPILED", {})
-    one = compiled.compiled_step(cache_dir=tmp_path, shape_padding=[8, 16])
-    assert compiled.compiled_step(cache_dir=tmp_path, shape_padding=[8, 16]) is one
-    with pytest.raises(TypeError, match="must be JSON values"):
-        CompiledStep(cache_dir=tmp_path, post_grad_custom_pass=print)
+    one = compiled.compiled_step(cache_dir=tmp_path, an_option=[8, 16])
+    assert compiled.compiled_step(cache_dir=tmp_path, an_option=[8, 16]) is one
+    assert one.options == {"an_option": [8, 16]}
+    for bad in (print, float("nan")):
+        with pytest.raises(TypeError, match="must be JSON values"):
+            CompiledStep(cache_dir=tmp_path, an_option=bad)
+
+
+@pytest.mark.parametrize("until", ["1e12", True, 1e300, "far"])
+def test_a_kept_time_that_is_not_a_time_or_too_far_is_tried_again(tmp_path, monkeypatch,
+                                                                  until):
+    "A time in a string, a boolean, or beyond a day from now (a clock set back)."
+    trials = eager_step(monkeypatch)
+    record = tmp_path / f"trial-{compiled._digest({})}.json"
+    kept = {"ok": False, "why": "ran over", "options": {}, "setup": compiled._setup(),
+            "until": time.time() + 10 * compiled.TIMEOUT_KEPT if until == "far" else until}
+    record.write_text(json.dumps(kept))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        compiled.compile_trial({}, tmp_path)                 # tried again: it passes
+    assert len(trials) == 1 and json.loads(record.read_text())["ok"]
+    assert len(caught) == (0 if until in (1e300, "far") else 1)   # a number: expired
 
 
 def test_a_failed_compilation_warns_once_and_decodes_eagerly(tmp_path, monkeypatch):
