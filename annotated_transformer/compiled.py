@@ -135,7 +135,7 @@ def compile_trial(options: dict, folder: Path) -> None:
     """Raise RuntimeError unless compiling the step with `options` works under this
     setup: decided by `_trial` in a child process (which a crash cannot take this
     one with). A verdict that will not change (success, a crash, other tokens) is kept
-    in `folder`, a timeout for `TIMEOUT_KEPT` seconds by this machine's clock; one that
+    in `folder`, a timeout for `TIMEOUT_KEPT` seconds by the local clock; one that
     may change soon (a missing compiler, a kill from outside) is tried again by the
     next process."""
     options = json.loads(_options_json(options))    # as kept: a tuple becomes a list
