@@ -79,7 +79,7 @@ def _trial(options_json: str) -> None:
                   file=sys.stderr)
             sys.exit(_DIFFERENT)
 
-
+# %% ../nbs/07d_compiled.ipynb #bbfbc96d
 def _run_trial(options: dict, folder: Path) -> dict:
     """The verdict of `_trial` run in a child process: whether it passed, why not, and
     for how long to keep it (`keep_s`: None for good, 0 not at all, else seconds)."""
@@ -178,9 +178,9 @@ def _compiling_failed(e: Exception) -> bool:
 # %% ../nbs/07d_compiled.ipynb #6ecd5352
 class CompiledStep:
     """`static_step` compiled by `torch.compile(dynamic=False, options=options)` at its
-    first call, once `compile_trial` says it works; its code kept in `compile_dir`. If
-    the trial or compiling fails: one warning, then `static_step` itself (`failed` holds
-    the error, `why` its one line)."""
+    first call, once `compile_trial` says it works; its code kept in `kept_in` (the
+    user's $TORCHINDUCTOR_CACHE_DIR, an earlier step's, else `compile_dir`). If that
+    fails: one warning, then `static_step` (`failed`: the error, `why`: one line)."""
 
     def __init__(self, *, cache_dir=None, **options):
         options = json.loads(_options_json(options))   # as the trial compiles them
