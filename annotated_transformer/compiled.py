@@ -153,9 +153,9 @@ def compile_trial(options: dict, folder: Path) -> None:
                     record.unlink()
     if not verdict["ok"]:
         until = verdict.get("until")
-        when = time.strftime(" until %Y-%m-%d %H:%M UTC", time.gmtime(until or 0))
-        kept = (f" (kept in {record}{when if until else ''}: delete it to try "
-                f"again{' sooner' if until else ''})") if record.exists() else ""
+        when = until and time.strftime(" until %Y-%m-%d %H:%M UTC", time.gmtime(until))
+        kept = (f" (kept in {record}{when or ''}: delete it to try again"
+                f"{' sooner' if until else ''})") if record.exists() else ""
         raise RuntimeError(verdict["why"] + kept)
 
 # %% ../nbs/07d_compiled.ipynb #9f3d34ea
