@@ -24,7 +24,7 @@ from .trainer import TrainingInterrupted
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
 from .translator import (
     BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
-from .compiled import ENGINES, compiled_step, decoding_step
+from .engines import ENGINES, decoding_step
 from .recipe import TranslationRecipe, train_translation
 from .ct2 import export_ctranslate2
 from .onnx import export_onnx
@@ -75,8 +75,9 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                         "(default: auto)")
     g.add_argument("--engine", choices=ENGINES, default="eager",
                    help="eager: one operation at a time; compiled: a static-shape step "
-                        "compiled once (fp32, CPU; tens of seconds to compile the "
-                        "first time, seconds in every new process) (default: eager)")
+                        "compiled by torch.compile, seconds to start; aot: that step "
+                        "compiled ahead of time, built once per model (fp32, CPU; "
+                        "parts 9d, 9e) (default: eager)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -214,8 +215,9 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     hypotheses = translate_lines(translator, sources, progress=sys.stderr.isatty(),
                                  **options)
     seconds = time.perf_counter() - start
-    step = compiled_step() if options["engine"] == "compiled" else None
-    if step is not None and step.failed is not None:    # part 9d: decoded eagerly
+    step = decoding_step(options["engine"], precision=options["precision"],
+                         device=next(translator.model.parameters()).device)
+    if step is not None and step.failed is not None:    # part 9e: decoded eagerly
         options = {**options, "fallback": step.why}
     if a.output:
         write_lines(a.output, hypotheses)

@@ -42,7 +42,7 @@ from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
 from .quantization import decoding_model
 from .static import static_beam_search, static_greedy_decode
-from .compiled import decoding_step
+from .engines import decoding_step
 from .data import decode_ids, load_tokenizer, normalize_line
 from .durable import write_files
 from .hub import (
@@ -171,8 +171,8 @@ def decoding_precision(asked: str, device, *,
                        engine: str = "eager") -> tuple[str, str]:
     "The concrete precision to decode in on `device` for `asked` and `engine`, and why."
     check_precision(asked, TRANSLATE_PRECISIONS)
-    if asked == "auto" and engine == "compiled" and device.type == "cpu":
-        return "fp32", "precision fp32, the compiled engine's"
+    if asked == "auto" and engine != "eager" and device.type == "cpu":
+        return "fp32", f"precision fp32, the {engine} engine's"
     if asked != "int8":
         return resolve_precision(asked, device)
     if device.type != "cpu":
@@ -257,7 +257,7 @@ class Translator(_Pretrained):
         """Translate a list of strings (or one string) by beam search (§6.1), in
         batches of `batch_size` sentences sorted by length; `precision`: "auto" (bf16
         where `device` computes it natively, else fp32), fp32 or bf16 as named, or
-        "int8" (CPU); `engine`: "eager" or "compiled" (part 9d, fp32 on the CPU);
+        "int8" (CPU); `engine`: "eager", "compiled" or "aot" (part 9e, fp32, CPU);
         `progress`: a bar on stderr."""
         one = isinstance(sentences, str)
         device = (torch.device(device) if device

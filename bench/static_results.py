@@ -1,5 +1,5 @@
 """Part 9d's results file: the decoding step before and after compiling, the first call's
-cost, and the compiled engine's translations of the whole test set against the eager ones.
+cost, and the compiled engines' translations of the whole test set against the eager ones.
 
 On the shipped model (chapter 11), in float32 with the weights as the Translator decodes them
 on a CPU (`decoding_model`, chapter 9a):
@@ -8,14 +8,18 @@ on a CPU (`decoding_model`, chapter 9a):
     part 9d ("static compiled"): milliseconds per step (median of --repeats passes over the
     sentence's steps) and PyTorch operator calls per step (top-level `aten::` calls under
     torch.profiler: an operator called inside another is not counted again; the loops
-    Inductor generates are not operator calls). Each engine in a fresh process of its
-    own, --rounds rounds, engines taking turns; the best round counts, and each round's
-    ratio of chapter 9's step to the compiled one is kept (the spread between rounds).
+    Inductor generates are not operator calls), and compiled ahead of time into a package
+    ("static aot", whose calls inside the package are not operator calls either). Each
+    engine in a fresh process of its own, --rounds rounds, engines taking turns; the best
+    round counts, and each round's ratio of chapter 9's step to each compiled one is kept
+    (the spread between rounds).
   - first call: `Translator.translate(sentence, beam_size=1, precision="fp32",
-    engine=...)` in a fresh process: eager; compiled with an empty cache folder (the trial and the compilation);
-    compiled again in a new process with that folder kept.
-  - same: every sentence of test_2016_flickr, greedy and beam 4, eager and compiled, with
-    BLEU (one process: these times are not a benchmark).
+    engine=...)` in a fresh process: eager; compiled with an empty cache folder (the
+    trial and the compilation), then in a new process with that folder kept; aot the
+    same way (the package's build, then loading it).
+  - same: every sentence of test_2016_flickr, greedy and beam 4, by each engine, with
+    BLEU and the number of lines identical to the eager ones (one process: these times
+    are not a benchmark).
 Writes bench/results/static_step.json, which part 9d loads.
 
     python bench/static_results.py --threads 2
@@ -34,7 +38,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCE = "A man in a blue shirt is standing on a ladder cleaning windows."
-STEP_ENGINES = ("eager cached", "static eager", "static compiled")
+STEP_ENGINES = ("eager cached", "static eager", "static compiled", "static aot")
+ENGINES = ("eager", "compiled", "aot")
 
 
 def _translator(a):
@@ -72,7 +77,7 @@ def step_worker(engine: str, a) -> dict:
     from annotated_transformer.decoding import (
         MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
     from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.compiled import aot_step, compiled_step
     from annotated_transformer.static import StaticCache, bucket, static_step
     from annotated_transformer.translator import encode_sources
     tr = _translator(a)
@@ -83,7 +88,8 @@ def step_worker(engine: str, a) -> dict:
         out = greedy_decode(model, src)[0]                        # (1, n): BOS ... EOS
         memory, src_mask, limit = prepare_decoding(model, src, None, MAX_LEN_A, MAX_LEN_B)
         n = out.size(1) - 1                                       # steps that made it
-        step = compiled_step() if engine == "static compiled" else static_step
+        step = {"static compiled": compiled_step, "static aot": aot_step}.get(
+            engine, lambda: static_step)()
 
         def one_pass():
             if engine == "eager cached":
@@ -96,7 +102,7 @@ def step_worker(engine: str, a) -> dict:
             for i in range(n):
                 step(model, out[:, i:i + 1].clone(), torch.tensor([i]), cache)
 
-        one_pass()                                    # compiles the compiled step
+        one_pass()                      # compiles the compiled step, loads the package
         times = []
         for _ in range(a.repeats):
             t0 = time.perf_counter()
@@ -119,10 +125,10 @@ def first_worker(engine: str, a) -> dict:
 
 
 def same_worker(_, a) -> dict:
-    """The whole test set, greedy and beam 4, eager and compiled: identical lines, BLEU,
-    seconds (the compiled ones include compiling each new batch shape), and whether the
-    compiled step fell back to eager."""
-    from annotated_transformer.compiled import compiled_step
+    """The whole test set, greedy and beam 4, by each engine: lines identical to the
+    eager ones, BLEU, seconds (compiled: including compiling each new batch shape), and
+    whether a compiled step fell back to eager."""
+    from annotated_transformer.compiled import decoding_step
     from annotated_transformer.translator import corpus_bleu
     tr = _translator(a)
     src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]
@@ -130,17 +136,16 @@ def same_worker(_, a) -> dict:
     result = {"sentences": len(src)}
     for k in (1, 4):
         runs = {}
-        for engine in ("eager", "compiled"):
+        for engine in ENGINES:
             t0 = time.perf_counter()
             out = tr.translate(src, beam_size=k, precision="fp32", engine=engine)
             runs[engine] = {"seconds": time.perf_counter() - t0, "out": out,
                             "bleu": corpus_bleu(out, ref)[0].score}
-        result[f"beam{k}"] = {
-            "identical": sum(x == y for x, y in zip(runs["eager"]["out"],
-                                                    runs["compiled"]["out"])),
-            **{f"{e}_{key}": runs[e][key] for e in runs for key in ("bleu", "seconds")}}
-    failed = compiled_step().failed
-    result["compiled_fell_back"] = repr(failed) if failed else None
+        outs = {e: r.pop("out") for e, r in runs.items()}
+        result[f"beam{k}"] = {e: {"identical": sum(x == y for x, y in zip(
+            outs["eager"], outs[e])), **r} for e, r in runs.items()}
+    steps = {e: decoding_step(e, precision="fp32", device="cpu") for e in ENGINES[1:]}
+    result["fell_back"] = {e: s.why or None for e, s in steps.items()}
     return result
 
 
@@ -178,18 +183,21 @@ def main(argv=None) -> None:
     env = {"AT_CACHE_DIR": kept}
     first = {"eager": spawn("first", "eager", a),
              "compiled, nothing kept": spawn("first", "compiled", a, env),
-             "compiled, kept": spawn("first", "compiled", a, env)}
+             "compiled, kept": spawn("first", "compiled", a, env),
+             "aot, nothing kept": spawn("first", "aot", a, env),
+             "aot, kept": spawn("first", "aot", a, env)}
     rounds = [{e: spawn("step", e, a, env) for e in STEP_ENGINES} for _ in range(a.rounds)]
     step = {e: min((r[e] for r in rounds), key=lambda x: x["ms_per_step"])
             for e in STEP_ENGINES}
     result = {"hardware": hardware(), "isa": torch.backends.cpu.get_cpu_capability(),
               "threads": a.threads, "torch": torch.__version__, "sentence": SENTENCE,
               "rounds": a.rounds, "repeats": a.repeats,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                       capture_output=True, text=True).stdout.strip(),
+              "commit": subprocess.run(["git", "describe", "--always", "--dirty"],
+                                       cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip(),
               "date": time.strftime("%Y-%m-%d"), "step": step, "first_call": first,
-              "round_ratios": [r["eager cached"]["ms_per_step"] /
-                               r["static compiled"]["ms_per_step"] for r in rounds],
+              "round_ratios": {e: [r["eager cached"]["ms_per_step"] / r[e]["ms_per_step"]
+                                   for r in rounds] for e in STEP_ENGINES[2:]},
               "same": spawn("same", "-", a, env)}
     write_durably(a.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -462,3 +462,25 @@ def test_full_disk_ends_train_with_one_line(multi30k, tmp_path, monkeypatch, cap
                           f"checkpoint {out / 'checkpoints'}"), err
     assert "needs at least" in err and "are free" in err
     assert not checkpoints.list_checkpoints(out / "checkpoints")
+
+
+def test_evaluate_json_says_when_the_aot_step_fell_back(model_dir, tmp_path,
+                                                       monkeypatch, capsys):
+    """--engine aot whose package cannot be built decodes eagerly: the JSON names the
+    engine, gives the reason under "fallback" and the eager score."""
+    from annotated_transformer import engines
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engines, "_AOT", {})
+    monkeypatch.setattr(engines, "_BUILD_CODE", "raise SystemExit('no compiler')")
+    src = tmp_path / "src.en"
+    src.write_text("A dog runs.\nTwo men talk in a park.\n")
+    args = ["evaluate", "--model-dir", str(model_dir), "--source", str(src),
+            "--reference", str(src), "--beam-size", "2", "--json"]
+    assert main(args + ["--precision", "fp32"]) == 0
+    eager = json.loads(capsys.readouterr().out)
+    assert main(args + ["--engine", "aot"]) == 0
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert result["engine"] == "aot" and result["score"] == eager["score"]
+    assert result["fallback"].endswith("failed: no compiler")
+    assert "precision fp32, the aot engine's" in err and "building the decoding" in err
