@@ -4,10 +4,12 @@
 __all__ = ['AOT_MAX', 'ENGINES', 'export_step', 'aot_package', 'AotStep', 'aot_step', 'decoding_step']
 
 # %% ../nbs/07e_aot.ipynb #62204ba4
+import contextlib
 import hashlib
 import json
 import os
 import sys
+import time
 import warnings
 import weakref
 from dataclasses import asdict
@@ -23,8 +25,9 @@ from .checkpoints import load_weights, model_tensors
 from .model import Transformer, TransformerConfig, make_model
 from .quantization import column_major, weights_stamp
 from .static import StaticCache, static_greedy_decode, static_step
-from .compiled import (
-    DIFFERENT_TOKENS, compile_dir, compiled_step, decide, first_line, run_child)
+from .compiled import (DIFFERENT_TOKENS, TRIAL_TIMEOUT, decide,
+                                            compile_dir, compiled_step, first_line,
+                                            run_child)
 
 # %% ../nbs/07e_aot.ipynb #3f6afd03
 AOT_MAX = 1 << 16            # the most rows, output or source positions a package takes
@@ -73,7 +76,9 @@ _BUILD_CODE = ("import sys; from annotated_transformer.engines import _build; "
 
 
 def _load_package(path) -> "torch._C._aoti.AOTIModelPackageLoader":
-    "A package's compiled step, by PyTorch's C++ loader: no Inductor imported."
+    """A package's compiled step, by PyTorch's C++ loader (a private interface; the
+    public `torch._inductor.aoti_load_package` imports Inductor): its model "model",
+    one runner, on the CPU (device index -1)."""
     return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
 
 
@@ -85,88 +90,118 @@ def _build(weights: str, package: str) -> None:
     config = TransformerConfig(**json.loads(meta["config"]))
     model = make_model(*json.loads(meta["vocab"]), config)
     model = column_major(load_weights(model, weights))      # as the translator decodes
-    partial = str(Path(package).with_suffix(f".{os.getpid()}.partial.pt2"))
-    torch._inductor.aoti_compile_and_package(export_step(model), package_path=partial)
-    run = _load_package(partial).run
-    step = lambda m, token, t, cache: run(_step_inputs(token, t, cache))[0]
-    torch.manual_seed(0)
-    src = torch.randint(4, model.src_embed.num_embeddings, (3, 9))
-    with torch.inference_mode():
-        ids = static_greedy_decode(model, src, max_len_b=8, step=step)[0]
-        if not torch.equal(ids, static_greedy_decode(model, src, max_len_b=8)[0]):
-            Path(partial).unlink()
-            print("the package's tokens differ from the eager step's", file=sys.stderr)
-            sys.exit(DIFFERENT_TOKENS)
-    os.replace(partial, package)
+    partial = Path(package).with_suffix(f".{os.getpid()}.partial.pt2")
+    try:
+        torch._inductor.aoti_compile_and_package(export_step(model),
+                                                 package_path=str(partial))
+        run = _load_package(partial).run
+        step = lambda m, token, t, cache: run(_step_inputs(token, t, cache))[0]
+        torch.manual_seed(0)
+        src = torch.randint(4, model.src_embed.num_embeddings, (3, 9))
+        with torch.inference_mode():
+            ids = static_greedy_decode(model, src, max_len_b=8, step=step)[0]
+            same = torch.equal(ids, static_greedy_decode(model, src, max_len_b=8)[0])
+        if same:
+            os.replace(partial, package)
+    finally:
+        partial.unlink(missing_ok=True)    # after a failure, an interrupt, other tokens
+    if not same:
+        print("the package's tokens differ from the eager step's", file=sys.stderr)
+        sys.exit(DIFFERENT_TOKENS)
 
 # %% ../nbs/07e_aot.ipynb #7baf2866
 def aot_package(model: Transformer, folder: Path) -> Path:
-    "Where `model`'s ahead-of-time package is kept in `folder`: named by its weights."
-    digest = hashlib.sha256(json.dumps(asdict(model.config)).encode())
+    """Where `model`'s package is kept in `folder`: named by what the package holds,
+    this library's version and the code of the step, the model's config and weights."""
+    version = sys.modules["annotated_transformer"].__version__    # its __init__.py's
+    digest = hashlib.sha256(json.dumps([version, asdict(model.config)]).encode())
+    for fn in (static_step, make_model, column_major, _StepModule):   # their modules
+        file = getattr(sys.modules[fn.__module__], "__file__", None)  # notebook: none
+        if file:
+            digest.update(Path(file).read_bytes())
     for name, t in model_tensors(model).items():
-        digest.update(name.encode())
+        digest.update(f"{name} {tuple(t.shape)}".encode())
         digest.update(t.detach().float().contiguous().cpu().numpy().tobytes())
     return folder / f"aot-{digest.hexdigest()[:16]}.pt2"
 
 
 def _build_package(model: Transformer, package: Path) -> None:
-    "Build `package` for `model` in a child process, or raise RuntimeError why not."
+    "Build `package` for `model` in a child process, or raise an error saying why not."
     def run() -> dict:
+        print(f"building the decoding step ahead of time, once for this model (tens "
+              f"of seconds): {package}", file=sys.stderr)
         package.parent.mkdir(parents=True, exist_ok=True)
+        for left in package.parent.glob("aot-*.*.*"):     # what killed builds left
+            with contextlib.suppress(FileNotFoundError):
+                if time.time() - left.stat().st_mtime > TRIAL_TIMEOUT:
+                    left.unlink()
         weights = package.with_suffix(f".{os.getpid()}.safetensors")
-        vocab = [model.src_embed.num_embeddings, model.tgt_embed.num_embeddings]
-        save_file({k: v.detach().float().contiguous()
-                   for k, v in model_tensors(model).items()}, str(weights),
-                  metadata={"config": json.dumps(asdict(model.config)),
-                            "vocab": json.dumps(vocab)})
         try:
+            vocab = [model.src_embed.num_embeddings, model.tgt_embed.num_embeddings]
+            save_file({k: v.detach().float().contiguous()
+                       for k, v in model_tensors(model).items()}, str(weights),
+                      metadata={"config": json.dumps(asdict(model.config)),
+                                "vocab": json.dumps(vocab)})
             return run_child(_BUILD_CODE, [str(weights), str(package)],
-                              package.parent, "building the ahead-of-time step")
+                             package.parent, "building the ahead-of-time step")
         finally:
             weights.unlink(missing_ok=True)
-    print(f"building the decoding step ahead of time, once for this model (tens of "
-          f"seconds): {package}", file=sys.stderr)
     decide(package.with_suffix(".json"), {}, run, keep_ok=False)
+
+# %% ../nbs/07e_aot.ipynb #fc9d866b
+def _package_run(model: Transformer, folder: Path):
+    "The `run` of `model`'s package in `folder`: loaded, built first if need be."
+    if any(p.dtype != torch.float32 or p.device.type != "cpu"
+           for p in model.parameters()):
+        raise ValueError("the package runs float32 weights on the CPU")
+    package = aot_package(model, folder)
+    if not package.exists():
+        _build_package(model, package)
+    try:
+        return _load_package(package).run
+    except RuntimeError as e:             # a damaged or partial file: build it again
+        warnings.warn(f"{package} could not be loaded ({first_line(e)}); building it "
+                      "again", RuntimeWarning, stacklevel=caller_stacklevel())
+        package.unlink(missing_ok=True)
+        _build_package(model, package)
+        return _load_package(package).run
 
 # %% ../nbs/07e_aot.ipynb #a2af602a
 class AotStep:
     """`static_step` compiled ahead of time: a package per model (`aot_package`), built
     once in a child process, kept in `folder` (`compile_dir`), run by PyTorch's C++
-    loader. A model whose package cannot be built warns once and decodes by
-    `static_step` (`failed`, `why` as in `CompiledStep`); one changed in place is
-    a new model."""
+    loader. A model whose package cannot be had decodes by `static_step` after one
+    warning; `failed` and `why` tell why for the last model met (None, "" if it
+    loaded). The package holds a copy of the weights: a model changed in place (an
+    optimiser step, `load_state_dict`) gets a new one, a change through `.data` does
+    not (`weights_stamp`, part 11b)."""
 
     def __init__(self, *, cache_dir=None):
         self.folder, self.failed, self.why = compile_dir(cache_dir), None, ""
         self._runs = weakref.WeakKeyDictionary()     # model -> (stamp, run or None)
+        self._now = (None, None, None)     # the decode under way: its cache, model, run
 
     def _run(self, model: Transformer):
-        "The package's run for `model`: loaded, or built first (again if damaged)."
-        package = aot_package(model, self.folder)
-        if not package.exists():
-            _build_package(model, package)
-        try:
-            return _load_package(package).run
-        except RuntimeError as e:             # a damaged or partial file: build again
-            warnings.warn(f"{package} could not be loaded ({first_line(e)}); building "
-                          "it again", RuntimeWarning, stacklevel=caller_stacklevel())
-            package.unlink(missing_ok=True)
-            _build_package(model, package)
-            return _load_package(package).run
+        "The run for `model`, found again only when its weights have changed."
+        stamp, run = self._runs.get(model, (None, None))
+        if stamp != weights_stamp(model):
+            self.failed, self.why, run = None, "", None
+            try:
+                run = _package_run(model, self.folder)
+            except Exception as e:     # the package's own failure, not the caller's
+                self.failed, self.why = e, f"{type(e).__name__}: {first_line(e)}"
+                warnings.warn(f"the ahead-of-time step could not be had ({self.why}); "
+                              "decoding eagerly", RuntimeWarning,
+                              stacklevel=caller_stacklevel())
+            self._runs[model] = (weights_stamp(model), run)
+        return run
 
     def __call__(self, model: Transformer, token: Tensor, t: Tensor,
                  cache: StaticCache) -> Tensor:
-        stamp, run = self._runs.get(model, (None, None))
-        if stamp != weights_stamp(model):         # first use, or the weights changed
-            stamp, run = weights_stamp(model), None
-            try:
-                run = self._run(model)
-            except (RuntimeError, OSError) as e:   # not built: this model runs eagerly
-                self.failed, self.why = e, first_line(e)
-                warnings.warn(f"the ahead-of-time step could not be built "
-                              f"({self.why}); decoding eagerly", RuntimeWarning,
-                              stacklevel=caller_stacklevel())
-            self._runs[model] = (stamp, run)
+        cache_ref, model_ref, run = self._now
+        if cache_ref is None or cache_ref() is not cache or model_ref() is not model:
+            run = self._run(model)              # a new decode: weights checked once
+            self._now = (weakref.ref(cache), weakref.ref(model), run)
         return (static_step(model, token, t, cache) if run is None
                 else run(_step_inputs(token, t, cache))[0])
 

@@ -139,7 +139,8 @@ def decoding_model(model: Transformer, precision: str, device,
     for fp32 on the CPU its column-major copy (chapter 9a) unless `_instrumented`;
     otherwise `model` itself. A copy is made at the first use and kept in `kept`
     until `weights_stamp` moves."""
-    model = model.to(device)
+    if any(t.device != device for t in (*model.parameters(), *model.buffers())):
+        model = model.to(device)           # walks every module: only when it moves
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
     if precision == "fp32" and device.type == "cpu" and not _instrumented(model):
         convert = column_major

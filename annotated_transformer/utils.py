@@ -47,13 +47,15 @@ def check_number(name: str, value, low: float, high: float = math.inf,
 # %% ../nbs/00_utils.ipynb #a0c1e011
 @contextmanager
 def eval_mode(model: nn.Module):
-    "Evaluation mode (dropout off) inside the block, then the mode `model` had before."
-    was_training = model.training
-    model.eval()
+    "Evaluation mode (dropout off) inside the block, then each module's mode as before."
+    training = [m for m in model.modules() if m.training]    # none if already eval
+    for m in training:
+        m.training = False
     try:
         yield model
     finally:
-        model.train(was_training)
+        for m in training:
+            m.training = True
 
 # %% ../nbs/00_utils.ipynb #a0c1e014
 def hardware() -> str:

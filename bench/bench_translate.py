@@ -1,7 +1,9 @@
 """Translation speed side by side: our engines and CTranslate2 (fp32, int8).
 
 Ours: the Translator (fp32, bf16, int8; chapter 11, part 9a), the static-shape search of
-part 9b run eagerly and compiled by torch.compile (fp32, the Translator's fp32 weights), and
+part 9b run eagerly and compiled by torch.compile (fp32, the Translator's fp32 weights), the
+Translator's engine "aot" (part 9e: the step compiled ahead of time; its package is built
+by the first round's warm-up into the cache folder, and loaded by every later process), and
 the ONNX graphs of part 11e under onnxruntime (greedy only: no bulk beam-4 figure).
 
 Each engine runs in a process of its own, a fresh one in every round, and the engines take
@@ -34,7 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("ours fp32", "ours bf16", "ours int8", "ours static fp32", "ours compiled fp32",
-           "onnxruntime fp32", "CTranslate2 fp32", "CTranslate2 int8")
+           "ours aot fp32", "onnxruntime fp32", "CTranslate2 fp32", "CTranslate2 int8")
 
 
 def load_static(model_dir: str, compiled: bool):
@@ -74,8 +76,9 @@ def load(name: str, model_dir: str, dirs: dict, threads: int):
     if name.startswith("ours"):
         from annotated_transformer.translator import Translator
         ours = Translator.from_pretrained(model_dir, device="cpu")
-        precision = name.split()[1]
-        return lambda s, k: ours.translate(s, beam_size=k, precision=precision)
+        *engine, precision = name.split()[1:]
+        return lambda s, k: ours.translate(s, beam_size=k, precision=precision,
+                                           engine=engine[0] if engine else "eager")
     from annotated_transformer.ct2 import CT2Translator
     kind = name.split()[1]
     engine = CT2Translator(dirs[kind], compute_type={"fp32": "float32"}.get(kind, kind),

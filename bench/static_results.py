@@ -77,7 +77,8 @@ def step_worker(engine: str, a) -> dict:
     from annotated_transformer.decoding import (
         MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
     from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.compiled import aot_step, compiled_step
+    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.engines import aot_step
     from annotated_transformer.static import StaticCache, bucket, static_step
     from annotated_transformer.translator import encode_sources
     tr = _translator(a)
@@ -128,7 +129,7 @@ def same_worker(_, a) -> dict:
     """The whole test set, greedy and beam 4, by each engine: lines identical to the
     eager ones, BLEU, seconds (compiled: including compiling each new batch shape), and
     whether a compiled step fell back to eager."""
-    from annotated_transformer.compiled import decoding_step
+    from annotated_transformer.engines import decoding_step
     from annotated_transformer.translator import corpus_bleu
     tr = _translator(a)
     src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]

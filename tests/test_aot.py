@@ -95,7 +95,7 @@ def test_a_failed_build_decodes_eagerly(code, kept, tmp_path, monkeypatch):
     monkeypatch.setattr(engines, "_BUILD_CODE", code)
     model, src = small_model(), padded_sources(2)
     step = AotStep(cache_dir=tmp_path)
-    with pytest.warns(RuntimeWarning, match="ahead-of-time step could not be built") as w:
+    with pytest.warns(RuntimeWarning, match="ahead-of-time step could not be had") as w:
         ids, _ = static_greedy_decode(model, src, max_len_b=6, step=step)
         static_greedy_decode(model, src, max_len_b=6, step=step)        # warned once
     assert len(w) == 1 and step.failed is not None
@@ -121,10 +121,75 @@ def test_the_translator_s_aot_engine(tmp_path, monkeypatch):
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
     sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
     eager = tr.translate(sentences, beam_size=2, precision="fp32")
-    with pytest.warns(RuntimeWarning, match="could not be built .*no compiler"):
+    with pytest.warns(RuntimeWarning, match="could not be had .*no compiler"):
         assert tr.translate(sentences, beam_size=2, engine="aot") == eager
     assert engines.aot_step().failed is not None
     assert decoding_precision("auto", torch.device("cpu"), engine="aot") == (
         "fp32", "precision fp32, the aot engine's")
     with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 on the CPU"):
         tr.translate(sentences, engine="aot", precision="int8")
+
+
+def test_weights_that_cannot_be_written_decode_eagerly(tmp_path, monkeypatch):
+    """A full disk while the weights are written for the build (safetensors' own error,
+    not an OSError): one warning, eager tokens, no file left behind."""
+    from safetensors import SafetensorError
+
+    def full(*args, **kwargs):
+        raise SafetensorError("Error while serializing: No space left on device")
+
+    monkeypatch.setattr(engines, "save_file", full)
+    model, src = small_model(), padded_sources(2)
+    step = AotStep(cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="SafetensorError: .*No space left"):
+        ids, _ = static_greedy_decode(model, src, max_len_b=6, step=step)
+    assert torch.equal(ids, greedy_decode(model, src, max_len_b=6)[0])
+    assert list(step.folder.iterdir()) == []
+
+
+def test_only_float32_weights_on_the_cpu_get_a_package(tmp_path, monkeypatch):
+    monkeypatch.setattr(engines, "run_child", no_build)
+    model, src = small_model().to(torch.bfloat16), padded_sources(2)
+    step = AotStep(cache_dir=tmp_path)
+    with pytest.warns(RuntimeWarning, match="float32 weights on the CPU"):
+        ids, _ = static_greedy_decode(model, src, max_len_b=6, step=step)
+    assert torch.equal(ids, static_greedy_decode(model, src, max_len_b=6)[0])
+
+
+def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
+    """engine="aot" runs every step through the package's `run` (a stand-in here that
+    records its calls and runs the eager step; the real build is tested above)."""
+    from small_models import SHIPPED, small_translator
+    from annotated_transformer.data import load_tokenizer
+    from annotated_transformer.static import StaticCache, static_step
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engines, "_AOT", {})
+    built, calls = {}, []
+
+    def build(model, package):                   # what the child would leave
+        built[package] = model
+        package.parent.mkdir(parents=True, exist_ok=True)
+        package.write_bytes(b"")
+
+    class Package:                               # the loader's `run`, by the eager step
+        def __init__(self, path):
+            self.model = built[path]
+
+        def run(self, inputs):
+            calls.append(len(inputs))
+            token, t, *buffers, src_mask = inputs
+            n = len(buffers) // 4
+            cache = StaticCache.__new__(StaticCache)
+            cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
+                buffers[i * n:(i + 1) * n] for i in range(4))
+            cache.src_mask = src_mask
+            return [static_step(self.model, token, t, cache)]
+
+    monkeypatch.setattr(engines, "_build_package", build)
+    monkeypatch.setattr(engines, "_load_package", lambda path: Package(path))
+    tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
+    sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
+    for k in (1, 3):
+        eager = tr.translate(sentences, beam_size=k, precision="fp32")
+        assert tr.translate(sentences, beam_size=k, engine="aot") == eager
+    assert len(built) == 1 and calls and engines.aot_step().failed is None
