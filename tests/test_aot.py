@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from annotated_transformer import engines
+from annotated_transformer import compiled, engines
 from annotated_transformer.engines import AotStep, aot_package
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.static import static_beam_search, static_greedy_decode
@@ -193,3 +193,17 @@ def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
         eager = tr.translate(sentences, beam_size=k, precision="fp32")
         assert tr.translate(sentences, beam_size=k, engine="aot") == eager
     assert len(built) == 1 and calls and engines.aot_step().failed is None
+
+
+def test_another_version_or_setup_names_another_package(tmp_path, monkeypatch):
+    """A package is never loaded by another version of the library (its name changes)
+    or under another setup (`compile_dir` changes): there it is built anew."""
+    import sys
+    model = small_model()
+    package = aot_package(model, compiled.compile_dir(tmp_path))
+    monkeypatch.setattr(sys.modules["annotated_transformer"], "__version__", "0.0.1")
+    assert aot_package(model, compiled.compile_dir(tmp_path)) != package
+    monkeypatch.undo()
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert compiled.compile_dir(tmp_path) != package.parent
+    assert aot_package(model, compiled.compile_dir(tmp_path)).name == package.name
