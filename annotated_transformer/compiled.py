@@ -30,7 +30,7 @@ from .static import StaticCache, static_greedy_decode, static_step
 _ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")    # settings that pick kernels
 TRIAL_TIMEOUT = 600                       # seconds a trial compilation may take
 TIMEOUT_KEPT = 24 * 3600           # seconds a timed-out trial is believed: a slow day
-DIFFERENT_TOKENS = 3                  # the trial's exit status when the tokens differ
+DIFFERENT_TOKENS = 3            # a checking child's exit status when the tokens differ
 _CRASHES = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE")    # the code's own faults
 _TRIAL_CODE = ("import sys; from annotated_transformer.compiled import _trial; "
                "_trial(sys.argv[1])")          # what the trial's child process runs
@@ -167,7 +167,7 @@ def compile_trial(options: dict, folder: Path) -> None:
     with); its verdict kept in `folder` as `decide` says."""
     options = json.loads(_options_json(options))    # as kept: a tuple becomes a list
     decide(folder / f"trial-{_digest(options)}.json", options,
-             lambda: _run_trial(options, folder))
+           lambda: _run_trial(options, folder))
 
 # %% ../nbs/07d_compiled.ipynb #9f3d34ea
 def _inductor_cache(folder: Path) -> Path:
