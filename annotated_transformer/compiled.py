@@ -197,6 +197,7 @@ class CompiledStep:
     first call, once `compile_trial` says it works; its code kept in `kept_in` (the
     user's $TORCHINDUCTOR_CACHE_DIR, an earlier step's, else `compile_dir`). If that
     fails: one warning, then `static_step` (`failed`: the error, `why`: one line)."""
+    fixed_shapes = True        # a new number of rows compiles again: beams keep theirs
 
     def __init__(self, *, cache_dir=None, **options):
         options = json.loads(_options_json(options))   # as the trial compiles them

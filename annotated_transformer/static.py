@@ -52,10 +52,12 @@ class StaticCache:
             k, v = map(mha.split_heads, kv.chunk(2, dim=-1))
             k_buf.zero_()[:, :, :S], v_buf.zero_()[:, :, :S] = k, v
 
-    def reorder(self, rows: Tensor, length: int) -> None:
-        "Row i of the self-attention buffers takes row `rows[i]` (first `length` keys)."
-        for buf in self.self_k + self.self_v:
-            buf[:, :, :length] = buf[:, :, :length].index_select(0, rows)
+    def grow(self, length: int) -> None:
+        "Self-attention buffers of ≥ `length` positions (`bucket`), keys so far kept."
+        L, new = self.self_k[0].size(2), bucket(length)
+        for bufs in (self.self_k, self.self_v) if length > L else ():
+            bufs[:] = [torch.cat([b, b.new_zeros(*b.shape[:2], new - L, b.size(3))], 2)
+                       for b in bufs]
 
 # %% ../nbs/07b_static.ipynb #44c750c2
 def _position(pos: nn.Module, t: Tensor) -> Tensor:
@@ -110,23 +112,33 @@ def _last(tokens: Tensor) -> Tensor:
     return tokens[:, -1:].clone(memory_format=torch.contiguous_format)
 
 
+def _fixed(step, fixed_shapes: bool | None) -> bool:
+    "`fixed_shapes` if given, else whether `step` asks for them (part 9d's does)."
+    if fixed_shapes is None:
+        return getattr(step, "fixed_shapes", False)
+    return fixed_shapes
+
+
 @torch.no_grad()
 def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_ID,
                          eos_id: int = EOS_ID, max_len_a: float = MAX_LEN_A,
                          max_len_b: int = MAX_LEN_B, min_len: int = 0,
-                         src_mask: Tensor | None = None,
-                         step=static_step) -> tuple[Tensor, Tensor]:
+                         src_mask: Tensor | None = None, step=static_step,
+                         fixed_shapes: bool | None = None) -> tuple[Tensor, Tensor]:
     """`greedy_decode` (chapter 9; the length limit of §6.1) on a `StaticCache`: the
     same ids `(batch, steps)` and summed log-probabilities `(batch,)`, one `step` call
-    per token."""
+    per token. `fixed_shapes`: self-attention buffers of the full length limit from
+    the start (None: the step's attribute `fixed_shapes`, part 9d, else False: of 16
+    positions, doubled when full)."""
     with eval_mode(model):
         memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
                                                    max_len_b)
-        cache = StaticCache(model, src.size(0), bucket(int(limit.max())),
-                            bucket(src.size(1)))
+        length = int(limit.max()) if _fixed(step, fixed_shapes) else 1
+        cache = StaticCache(model, src.size(0), bucket(length), bucket(src.size(1)))
         cache.fill_source(model, memory, src_mask)
 
         def next_logp(tokens: Tensor) -> Tensor:    # (rows, step) -> (rows, V)
+            cache.grow(tokens.size(1))                       # positions 0..step-1
             t = torch.tensor([tokens.size(1) - 1], device=src.device)   # last position
             return step(model, _last(tokens), t, cache)
 
@@ -134,20 +146,58 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
                            bos_id=bos_id, eos_id=eos_id, min_len=min_len)
 
 # %% ../nbs/07b_static.ipynb #2857865f
-def _static_beams(model: Transformer, memory: Tensor, src_mask: Tensor, K: int,
-                  steps: int, bos_id: int) -> tuple:
-    """A `StaticCache` of `batch × K` rows holding the sources' keys and values, and the
-    search's first state (§6.1): tokens, one live beam of K alike, nothing finished."""
-    B, dev, pad = memory.size(0), memory.device, model.config.pad_id
-    cache = StaticCache(model, B * K, bucket(steps), bucket(memory.size(1)))
+def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: int,
+                  n_best: int, max_len_a: float, max_len_b: int, bos_id: int,
+                  fixed: bool) -> tuple:
+    """The request checked, the sources encoded (`prepare_decoding`), each one's length
+    limit, a `StaticCache` of `batch × K` rows holding their keys and values (`fixed`:
+    the full length limit), the search's first state (§6.1): tokens, one live beam of K
+    alike, nothing finished; and its results so far (none)."""
+    if not 1 <= n_best <= K:
+        raise ValueError(f"n_best must lie in 1..beam_size={K}, got {n_best}")
+    memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
+                                               max_len_b)
+    B, dev, steps = src.size(0), src.device, int(limit.max())
+    cache = StaticCache(model, B * K, bucket(steps if fixed else 1),
+                        bucket(memory.size(1)))
     cache.fill_source(model, memory.repeat_interleave(K, dim=0),
                       src_mask.repeat_interleave(K, dim=0))
     tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
     live = torch.full((B, K), -math.inf, device=dev)
     live[:, 0] = 0.0                                         # one beam of K alike
     fin_scores = torch.full((B, K), -math.inf, device=dev)
-    fin_tokens = torch.full((B, K, steps), pad, device=dev)
-    return cache, tokens, live, fin_scores, fin_tokens
+    fin_tokens = torch.full((B, K, steps), model.config.pad_id, device=dev)
+    return (limit, cache, tokens, live, fin_scores, fin_tokens, fin_scores.clone(),
+            fin_tokens.clone())
+
+# %% ../nbs/07b_static.ipynb #505c0ce5
+def _take_rows(bufs: list[Tensor], index: Tensor, upto: int | None = None) -> None:
+    """Row i of each buffer in `bufs` takes row `index[i]` (its positions up to `upto`),
+    in place. With fewer rows than before, each buffer becomes its first rows: a view
+    of the same memory, still contiguous, so nothing is allocated."""
+    n = len(index)
+    for i, buf in enumerate(bufs):
+        buf[:n, :, :upto] = buf[:, :, :upto].index_select(0, index)
+        bufs[i] = buf[:n]
+
+
+def _go_on(cache: StaticCache, s: int, keep: Tensor, rows: Tensor,
+           *per_sentence) -> tuple:
+    """After step `s`, the sentences `keep` `(b',)` go on: the self-attention buffers
+    take the rows `rows` `(b', K)` of the beams they continue (their first s keys). If
+    some sentences finished, the source's buffers keep the rows of the others, and
+    only the entries `keep` of the per-sentence tensors are returned."""
+    _take_rows(cache.self_k, rows.view(-1), s)
+    _take_rows(cache.self_v, rows.view(-1), s)
+    if len(keep) == len(per_sentence[0]):                # the same sentences go on
+        return per_sentence
+    K = rows.size(1)
+    sentence_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)
+    masks = [cache.src_mask]
+    for bufs in (cache.cross_k, cache.cross_v, masks):
+        _take_rows(bufs, sentence_rows)
+    cache.src_mask = masks[0]
+    return tuple(t[keep] for t in per_sentence)
 
 # %% ../nbs/07b_static.ipynb #c7481741
 @torch.no_grad()
@@ -156,35 +206,36 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
                        max_len_b: int = MAX_LEN_B, bos_id: int = BOS_ID,
                        eos_id: int = EOS_ID, n_best: int = 1, min_len: int = 0,
                        src_mask: Tensor | None = None, early_stop: bool = True,
-                       step=static_step) -> tuple[Tensor, Tensor]:
+                       step=static_step, fixed_shapes: bool | None = None) -> tuple:
     """`beam_search` (chapter 9) on a `StaticCache` of `batch × beam_size` rows: the
-    same ids `(batch, n_best, steps)` and scores `(batch, n_best)`."""
-    if not 1 <= n_best <= beam_size:
-        raise ValueError(f"n_best must lie in 1..beam_size={beam_size}, got {n_best}")
-    K, pad, inf = beam_size, model.config.pad_id, math.inf
+    same ids `(batch, n_best, steps)` and scores `(batch, n_best)`. `fixed_shapes`: as
+    in `static_greedy_decode`; if False, finished sentences also leave the cache."""
+    K, pad, fixed = beam_size, model.config.pad_id, _fixed(step, fixed_shapes)
     with eval_mode(model):
-        memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
-                                                   max_len_b)
-        B, dev, steps = src.size(0), src.device, int(limit.max())
-        cache, tokens, live, fin_scores, fin_tokens = _static_beams(
-            model, memory, src_mask, K, steps, bos_id)
-        out_scores, out_tokens = fin_scores.clone(), fin_tokens.clone()
-        searching, every = torch.ones(B, dtype=torch.bool, device=dev), torch.arange(B)
-        for s in range(1, steps + 1):
-            logp = step(model, _last(tokens), torch.tensor([s - 1], device=dev), cache)
+        (limit, cache, tokens, live, fin_scores, fin_tokens, out_scores,
+         out_tokens) = _static_beams(model, src, src_mask, K, n_best, max_len_a,
+                                     max_len_b, bos_id, fixed)
+        sent = torch.arange(src.size(0), device=src.device)     # the input's sentences
+        searching = torch.ones_like(sent, dtype=torch.bool)
+        for s in range(1, int(limit.max()) + 1):
+            cache.grow(s)                                    # positions 0..s-1
+            logp = step(model, _last(tokens), sent.new_tensor([s - 1]), cache)
             logp = forbid_tokens(logp, s, pad, bos_id, eos_id, min_len)
             top, beam, tok, ended = beam_candidates(live, logp, s, limit, eos_id, alpha)
             fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,
                                                     tokens, beam, tok, pad)
-            live, pick = top.masked_fill(tok == eos_id, -inf).topk(K, dim=1)
+            live, pick = top.masked_fill(tok == eos_id, -math.inf).topk(K, dim=1)
             bound = best_reachable(live[:, 0], s, limit, alpha)
             done = (s >= limit) | ((bound <= fin_scores[:, n_best - 1]) & early_stop)
-            now = done & searching                               # finished at this step
-            out_scores[now], out_tokens[now] = fin_scores[now], fin_tokens[now]
-            searching &= ~done
+            now, searching = done & searching, searching & ~done   # now: just finished
+            out_scores[sent[now]], out_tokens[sent[now]] = (fin_scores[now],
+                                                            fin_tokens[now])
             if not searching.any():
                 break
-            rows, tokens = extend_beams(tokens, beam, tok, pick, every.to(dev))
-            cache.reorder(rows.view(-1), s)
+            keep = (torch.ones_like(searching) if fixed else searching).nonzero()[:, 0]
+            rows, tokens = extend_beams(tokens, beam, tok, pick, keep)
+            sent, live, limit, fin_scores, fin_tokens, searching = _go_on(
+                cache, s, keep, rows, sent, live, limit, fin_scores, fin_tokens,
+                searching)
         length = int((out_tokens[:, :n_best] != pad).sum(-1).max())
         return out_tokens[:, :n_best, :length], out_scores[:, :n_best]

@@ -15,7 +15,7 @@ from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer import compiled
 from annotated_transformer.compiled import CompiledStep
 from annotated_transformer.static import (StaticCache, bucket, static_beam_search,
-                                          static_greedy_decode)
+                                          static_greedy_decode, static_step)
 
 VARIANTS = [{}, {"norm_first": True, "activation": "gelu"},
             {"bias": False, "learned_pos": True}]
@@ -47,9 +47,10 @@ def padded_sources(n: int, longest: int = 12, seed: int = 1) -> torch.Tensor:
 
 @pytest.mark.parametrize("changes", VARIANTS, ids=["paper", "preln-gelu", "nobias-learned"])
 @pytest.mark.parametrize("n", [1, 6])
-def test_greedy_matches_the_cached_decoder(changes, n):
+@pytest.mark.parametrize("fixed", [False, True])
+def test_greedy_matches_the_cached_decoder(changes, n, fixed):
     model, src = small_model(**changes), padded_sources(n)
-    ids, scores = static_greedy_decode(model, src, max_len_b=16)
+    ids, scores = static_greedy_decode(model, src, max_len_b=16, fixed_shapes=fixed)
     ref_ids, ref_scores = greedy_decode(model, src, max_len_b=16)
     assert torch.equal(ids, ref_ids)
     torch.testing.assert_close(scores, ref_scores)
@@ -57,23 +58,27 @@ def test_greedy_matches_the_cached_decoder(changes, n):
 
 @pytest.mark.parametrize("changes", VARIANTS, ids=["paper", "preln-gelu", "nobias-learned"])
 @pytest.mark.parametrize("n", [1, 5])
-def test_beam_matches_the_cached_decoder(changes, n):
+@pytest.mark.parametrize("fixed", [False, True])
+def test_beam_matches_the_cached_decoder(changes, n, fixed):
     model, src = small_model(**changes), padded_sources(n)
-    ids, scores = static_beam_search(model, src, max_len_b=16, n_best=2)
+    ids, scores = static_beam_search(model, src, max_len_b=16, n_best=2,
+                                     fixed_shapes=fixed)
     ref_ids, ref_scores = beam_search(model, src, max_len_b=16, n_best=2)
     assert torch.equal(ids, ref_ids)
     torch.testing.assert_close(scores, ref_scores)
 
 
 @pytest.mark.parametrize("max_len", [24, 32])     # the bucket above the limit, equal to it
-def test_a_sentence_at_the_length_limit(max_len):
+@pytest.mark.parametrize("fixed", [False, True])
+def test_a_sentence_at_the_length_limit(max_len, fixed):
     "EOS forbidden until the limit: the output fills every position the table has."
     model, src = small_model(max_len=max_len), padded_sources(2, longest=4)
-    kw = dict(max_len_a=0, max_len_b=max_len, min_len=max_len)
+    kw = dict(max_len_a=0, max_len_b=max_len, min_len=max_len, fixed_shapes=fixed)
     ids, _ = static_greedy_decode(model, src, **kw)
     assert ids.size(1) == max_len
+    del kw["fixed_shapes"]
     assert torch.equal(ids, greedy_decode(model, src, **kw)[0])
-    beams, _ = static_beam_search(model, src, **kw)
+    beams, _ = static_beam_search(model, src, fixed_shapes=fixed, **kw)
     assert beams.size(2) == max_len
     assert torch.equal(beams, beam_search(model, src, **kw)[0])
 
@@ -85,6 +90,40 @@ def test_buffers_are_allocated_once_with_the_bucketed_shapes():
     assert cache.self_k[0].shape == (3, 4, 32, 8)
     assert cache.cross_v[1].shape == (3, 4, 16, 8) and cache.src_mask.shape == (3, 1, 1, 16)
     assert len(cache.self_v) == model.config.n_layers
+
+
+class ShapesStep:
+    "`static_step`, noting each call's (rows, self-attention length, source rows)."
+    def __init__(self, fixed_shapes=None):
+        self.seen = []
+        if fixed_shapes is not None:
+            self.fixed_shapes = fixed_shapes
+
+    def __call__(self, model, token, t, cache):
+        k = cache.self_k[0]
+        assert k.is_contiguous() and cache.cross_k[0].is_contiguous()
+        self.seen.append((k.size(0), k.size(2), cache.cross_k[0].size(0),
+                          cache.src_mask.size(0)))
+        return static_step(model, token, t, cache)
+
+
+@pytest.mark.parametrize("declared", [None, False, True])
+def test_buffers_grow_and_finished_sentences_leave_unless_the_step_fixes_shapes(declared):
+    "A step declaring `fixed_shapes` keeps every shape; otherwise rows leave, L doubles."
+    model, src = small_model(), padded_sources(5)       # limits: source length + 24
+    step = ShapesStep(declared)
+    beams, _ = static_beam_search(model, src, max_len_b=24, step=step)
+    assert torch.equal(beams, beam_search(model, src, max_len_b=24)[0])
+    rows, lengths, source_rows, mask_rows = zip(*step.seen)
+    assert rows == source_rows == mask_rows and rows[0] == 5 * 4
+    if declared:
+        assert set(step.seen) == {(20, 64, 20, 20)}     # bucket(12 + 24) positions
+        return
+    assert lengths == tuple(bucket(t + 1) for t in range(len(lengths)))
+    assert list(rows) == sorted(rows, reverse=True) and rows[-1] < rows[0]
+    greedy = ShapesStep(declared)
+    static_greedy_decode(model, src, max_len_b=24, step=greedy)
+    assert [s[1] for s in greedy.seen] == [bucket(t + 1) for t in range(len(greedy.seen))]
 
 
 def compile_unavailable() -> str | None:
