@@ -1,18 +1,19 @@
-"""Part 9d's results file: the decoding step before and after compiling, the first call's
+"""Part 9e's results file: the decoding step before and after compiling, the first call's
 cost, and the compiled engines' translations of the whole test set against the eager ones.
 
 On the shipped model (chapter 11), in float32 with the weights as the Translator decodes them
 on a CPU (`decoding_model`, chapter 9a):
   - step: one test sentence decoded greedily, token by token, by chapter 9's cached step
-    ("eager cached"), part 9b's static step run eagerly ("static eager") and compiled by
-    part 9d ("static compiled"): milliseconds per step (median of --repeats passes over the
-    sentence's steps) and PyTorch operator calls per step (top-level `aten::` calls under
-    torch.profiler: an operator called inside another is not counted again; the loops
-    Inductor generates are not operator calls), and compiled ahead of time into a package
-    ("static aot", whose calls inside the package are not operator calls either). Each
-    engine in a fresh process of its own, --rounds rounds, engines taking turns; the best
-    round counts, and each round's ratio of chapter 9's step to each compiled one is kept
-    (the spread between rounds).
+    ("eager cached"), part 9b's static step run eagerly ("static eager"), compiled by part
+    9d ("static compiled") and compiled ahead of time into a package ("static aot"), the
+    static steps' buffers made as part 9b's decoders make them (the compiled step's at the
+    full length limit, its shapes fixed; the others' short, grown when full): milliseconds
+    per step (median of --repeats passes over the sentence's steps) and PyTorch operator
+    calls per step (top-level `aten::` calls under torch.profiler: an operator called
+    inside another is not counted again; the loops Inductor generates and the calls inside
+    the package are not operator calls). Each engine in a fresh process of its own,
+    --rounds rounds, engines taking turns; the best round counts, and each round's ratio
+    of chapter 9's step to each compiled one is kept (the spread between rounds).
   - first call: `Translator.translate(sentence, beam_size=1, precision="fp32",
     engine=...)` in a fresh process: eager; compiled with an empty cache folder (the
     trial and the compilation), then in a new process with that folder kept; aot the
@@ -20,7 +21,7 @@ on a CPU (`decoding_model`, chapter 9a):
   - same: every sentence of test_2016_flickr, greedy and beam 4, by each engine, with
     BLEU and the number of lines identical to the eager ones (one process: these times
     are not a benchmark).
-Writes bench/results/static_step.json, which part 9d loads.
+Writes bench/results/static_step.json, which part 9e loads.
 
     python bench/static_results.py --threads 2
 """
@@ -98,9 +99,12 @@ def step_worker(engine: str, a) -> dict:
                 for i in range(n):
                     decode_step(model, memory, src_mask, out[:, :i + 1], cache)
                 return
-            cache = StaticCache(model, 1, bucket(int(limit.max())), bucket(src.size(1)))
+            fixed = getattr(step, "fixed_shapes", False)     # as part 9b's decoders
+            length = int(limit.max()) if fixed else 1
+            cache = StaticCache(model, 1, bucket(length), bucket(src.size(1)))
             cache.fill_source(model, memory, src_mask)
             for i in range(n):
+                cache.grow(i + 1)
                 step(model, out[:, i:i + 1].clone(), torch.tensor([i]), cache)
 
         one_pass()                      # compiles the compiled step, loads the package
