@@ -26,10 +26,10 @@ def bucket(n: int, smallest: int = 16) -> int:
 
 class StaticCache:
     """Keys and values of every decoder layer for `rows` rows (sentences × beams), in
-    buffers allocated once: self-attention `self_k`, `self_v` `(rows, h, max_len, d_k)`,
-    written one position a step by `static_step`; cross-attention `cross_k`, `cross_v`
-    `(rows, h, src_len, d_k)` and the source mask `src_mask` `(rows, 1, 1, src_len)`,
-    written once per batch of sentences by `fill_source`."""
+    buffers allocated ahead: self-attention `self_k`, `self_v`, `(rows, h, max_len,
+    d_k)`, written one position a step by `static_step` (longer by `grow`); cross-attention
+    `cross_k`, `cross_v` `(rows, h, src_len, d_k)` and the source mask `src_mask`
+    `(rows, 1, 1, src_len)`, written once per batch by `fill_source`."""
 
     def __init__(self, model: Transformer, rows: int, max_len: int, src_len: int):
         c, p = model.config, next(model.parameters())
@@ -90,8 +90,9 @@ def _cross_attend(mha: nn.Module, y: Tensor, k_buf: Tensor, v_buf: Tensor,
 def static_step(model: Transformer, token: Tensor, t: Tensor,
                 cache: StaticCache) -> Tensor:
     """Log-probabilities `(rows, vocab)` of the token after `token` `(rows, 1)`, which
-    stands at position `t` (a long tensor `(1,)`); writes position t of `cache`. Every
-    shape is the same at every step, so one compiled graph serves them all."""
+    stands at position `t` (a long tensor `(1,)`); writes position t of `cache`. Shapes
+    change only when the cache grows or loses rows: with fixed shapes, one compiled
+    graph serves every step."""
     x = model.tgt_embed(token)                                # (rows, 1, d_model)
     x = model.tgt_pos.dropout(x + _position(model.tgt_pos, t).to(x.dtype))
     L = cache.self_k[0].size(2)
@@ -174,7 +175,7 @@ def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: i
 def _take_rows(bufs: list[Tensor], index: Tensor, upto: int | None = None) -> None:
     """Row i of each buffer in `bufs` takes row `index[i]` (its positions up to `upto`),
     in place. With fewer rows than before, each buffer becomes its first rows: a view
-    of the same memory, still contiguous, so nothing is allocated."""
+    of the same memory, still contiguous, so no new buffer is allocated."""
     n = len(index)
     for i, buf in enumerate(bufs):
         buf[:n, :, :upto] = buf[:, :, :upto].index_select(0, index)
