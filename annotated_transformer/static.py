@@ -27,9 +27,9 @@ def bucket(n: int, smallest: int = 16) -> int:
 class StaticCache:
     """Keys and values of every decoder layer for `rows` rows (sentences × beams), in
     buffers allocated ahead: self-attention `self_k`, `self_v`, `(rows, h, max_len,
-    d_k)`, written one position a step by `static_step` (longer by `grow`); cross-attention
-    `cross_k`, `cross_v` `(rows, h, src_len, d_k)` and the source mask `src_mask`
-    `(rows, 1, 1, src_len)`, written once per batch by `fill_source`."""
+    d_k)`, written one position a step by `static_step` (longer by `grow`);
+    cross-attention `cross_k`, `cross_v` `(rows, h, src_len, d_k)` and the source mask
+    `src_mask` `(rows, 1, 1, src_len)`, written once per batch by `fill_source`."""
 
     def __init__(self, model: Transformer, rows: int, max_len: int, src_len: int):
         c, p = model.config, next(model.parameters())
