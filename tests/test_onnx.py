@@ -27,11 +27,26 @@ from annotated_transformer.translator import Translator, TruncationWarning, corp
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
 
 
-@pytest.mark.parametrize("changes", VARIANTS, ids=VARIANT_IDS)
-def test_scores_and_greedy_match(tmp_path, sp, changes):
-    translator = small_translator(sp, len(changes), **changes)
-    model = translator.model
-    engine = OnnxTranslator(export_onnx(translator, tmp_path / "onnx"))
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, sp):
+    """`exported(variant)`: that variant's small translator and its ONNX folder, exported
+    once for the module (an export takes seconds)."""
+    made = {}
+
+    def get(variant: str):
+        if variant not in made:
+            changes = VARIANTS[VARIANT_IDS.index(variant)]
+            translator = small_translator(sp, len(changes), **changes)
+            folder = export_onnx(translator, tmp_path_factory.mktemp(variant) / "onnx")
+            made[variant] = translator, folder
+        return made[variant]
+    return get
+
+
+@pytest.mark.parametrize("variant", VARIANT_IDS)
+def test_scores_and_greedy_match(exported, sp, variant):
+    translator, folder = exported(variant)
+    model, engine = translator.model, OnnxTranslator(folder)
     gen = torch.Generator().manual_seed(0)
     sources = [torch.randint(4, sp.get_piece_size(), (n,), generator=gen).tolist()
                for n in (3, 7, 12)]
@@ -49,32 +64,46 @@ def test_scores_and_greedy_match(tmp_path, sp, changes):
         assert theirs == output_ids(tokens)[0]
 
 
-def test_greedy_never_picks_padding_or_bos(tmp_path, sp):
-    """A model that rates padding and BOS highest: both searches skip them alike."""
+@pytest.fixture(scope="module")
+def replaced(tmp_path_factory, sp):
+    """A model that rates padding and BOS highest, exported while in training mode, with
+    `force`, over a folder that holds an older export: the translator, the folder, and
+    whether the model was still in training mode after the export (it is left in eval)."""
     translator = small_translator(sp, 5)
     with torch.no_grad():
         translator.model.generator.bias[[PAD_ID, BOS_ID]] += 50.0
-    engine = OnnxTranslator(export_onnx(translator, tmp_path / "onnx"))
+    folder = tmp_path_factory.mktemp("replaced")
+    (folder / "model.bin").write_text("an older export")
+    translator.model.train()
+    export_onnx(translator, folder, force=True)
+    training = translator.model.training
+    translator.model.eval()
+    return translator, folder, training
+
+
+def test_greedy_never_picks_padding_or_bos(replaced):
+    """A model that rates padding and BOS highest: both searches skip them alike."""
+    translator, folder, _ = replaced
+    engine = OnnxTranslator(folder)
     sources = [[5, 6, 7, 8], [9, 10]]
     for src, theirs in zip(sources, _onnx_greedy(engine, sources, max_len_b=6)):
         tokens, _ = greedy_decode(translator.model, torch.tensor([src]), max_len_b=6)
         assert theirs == output_ids(tokens)[0] and PAD_ID not in theirs
 
 
-def test_16_bit_constants_change_no_number_and_halve_the_graphs(tmp_path, sp):
+def test_16_bit_constants_change_no_number_and_halve_the_graphs(tmp_path, sp, exported):
     """Weights rounded to float16 (as the shipped model's are): the graphs with their
     constants in 16 bits give bit-for-bit the outputs of the float32 graphs, at under 60% of
     their size. The graphs of a model with float32 weights barely shrink."""
     np, ort = pytest.importorskip("numpy"), pytest.importorskip("onnxruntime")
-    model = small_translator(sp, 6).model
-    graphs = {}
-    for d in ("float32", "rounded"):
-        if d == "rounded":
-            with torch.no_grad():
-                for p in model.parameters():
-                    p.copy_(p.half().float())
-        (tmp_path / d).mkdir()
-        graphs[d] = _onnx_graphs(model, tmp_path / d)
+    _, paper = exported("paper")
+    shutil.copytree(paper, tmp_path / "float32")                # its float32 weights
+    model = small_translator(sp, 0).model                      # the same model, rounded
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+    (tmp_path / "rounded").mkdir()
+    graphs = {"rounded": _onnx_graphs(model, tmp_path / "rounded")}
     shutil.copytree(tmp_path / "rounded", tmp_path / "half")    # the same graphs, halved below
     graphs["half"] = graphs["rounded"]
     size = lambda d: sum((tmp_path / d / f).stat().st_size for f in ONNX_FILES)
@@ -97,22 +126,22 @@ def test_16_bit_constants_change_no_number_and_halve_the_graphs(tmp_path, sp):
         assert np.array_equal(a, b)
 
 
-def test_export_refuses_clearly_and_replaces_whole(tmp_path, sp):
-    translator = small_translator(sp, 0)
+def test_export_refuses_clearly_and_replaces_whole(tmp_path, replaced):
+    translator, folder, training = replaced
     taken = tmp_path / "taken"
     taken.mkdir()
     (taken / "model.bin").write_text("an older export")
     with pytest.raises(FileExistsError, match="force"):
         export_onnx(translator, taken)
+    assert [p.name for p in taken.iterdir()] == ["model.bin"]
     with pytest.raises(ValueError, match="quantization must be None"):
         export_onnx(translator, tmp_path / "x", quantization="int4")
     assert not (tmp_path / "x").exists()
-    translator.model.train()
-    export_onnx(translator, taken, force=True)
-    assert sorted(p.name for p in taken.iterdir()) == sorted(
+    # the fixture's export with force replaced an older one whole
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
         [*ONNX_FILES, "onnx.json", "tokenizer.model"])
-    assert translator.model.training                    # the caller's model untouched
-    engine = OnnxTranslator(taken)
+    assert training                                     # the caller's model untouched
+    engine = OnnxTranslator(folder)
     with pytest.raises(ValueError, match="positional table"), \
             pytest.warns(TruncationWarning):        # the source is cut first, as ours
         engine.translate(["a b c"], max_len_b=200)

@@ -151,26 +151,29 @@ def fxgraphs(folder) -> int:
 
 
 def test_compiled_step_gives_the_eager_tokens(kept, monkeypatch):
-    """One layer 8 wide, compiled for two shapes: one sentence at its length limit (EOS
-    forbidden until then), greedily, and a padded batch by beam search; the code
+    """One layer 8 wide, compiled once, for the one shape both searches use (two rows,
+    16 positions): a padded batch of two sentences greedily, at their length limit (EOS
+    forbidden until then), and one sentence by beam search with two beams; the code
     compiled in this process is kept in the step's folder, beside the trial's."""
     if why := compile_unavailable():
         pytest.skip(why)
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
     model = small_model(n_layers=1, d_model=8, d_ff=16, n_heads=2)
-    src, step = padded_sources(3), CompiledStep(cache_dir=kept)
-    one, limit = torch.tensor([[5, 6, 7]]), dict(max_len_a=0, max_len_b=16, min_len=16)
+    src, step = padded_sources(2), CompiledStep(cache_dir=kept)
+    assert (src == PAD_ID).any()
+    limit = dict(max_len_a=0, max_len_b=16)
     compiled.compile_trial({}, step.folder)            # what the trial alone keeps
     trial_graphs = fxgraphs(step.folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # a failure is reported below
-        ids, _ = static_greedy_decode(model, one, step=step, **limit)
+        ids, _ = static_greedy_decode(model, src, step=step, min_len=16, **limit)
         if "C++ compile error" in repr(step.failed):
             pytest.skip(f"no C++ compiler here: {step.failed!r}")
         assert step.failed is None
-        assert ids.size(1) == 16 and torch.equal(ids, greedy_decode(model, one, **limit)[0])
-        beams, _ = static_beam_search(model, src, beam_size=2, max_len_b=8, step=step)
-        assert torch.equal(beams, beam_search(model, src, beam_size=2, max_len_b=8)[0])
+        assert ids.size(1) == 16
+        assert torch.equal(ids, greedy_decode(model, src, min_len=16, **limit)[0])
+        beams, _ = static_beam_search(model, src[:1], beam_size=2, step=step, **limit)
+        assert torch.equal(beams, beam_search(model, src[:1], beam_size=2, **limit)[0])
     assert step.failed is None
     verdict = json.loads(next(step.folder.glob("trial-*.json")).read_text())
     assert verdict["ok"] and verdict["setup"]["torch"] == torch.__version__
