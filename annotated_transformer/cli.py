@@ -68,7 +68,8 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=_positive, default=BATCH_SIZE,
                    help=f"sentences translated together (default: {BATCH_SIZE})")
     g.add_argument("--device", type=_device, default=None,
-                   help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
+                   help="cpu, cuda, cuda:1, mps, ... (default: the fastest present; "
+                        "the CPU for int8)")
     g.add_argument("--precision", choices=TRANSLATE_PRECISIONS, default="auto",
                    help="auto: bf16 autocast where the device computes bf16 natively, "
                         "else fp32; fp16: CUDA only; int8: 8-bit weights, CPU only "
@@ -259,7 +260,8 @@ def _run(a) -> int:
         torch.set_num_threads(a.threads)
     if a.command == "train":
         return _train(a)
-    translator = Translator.from_pretrained(a.model_dir, device=a.device)
+    device = a.device or ("cpu" if a.precision == "int8" else None)   # int8: CPU only
+    translator = Translator.from_pretrained(a.model_dir, device=device)
     precision, engine = _precision(a.precision, translator, a.engine)
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
                    precision=precision, engine=engine)

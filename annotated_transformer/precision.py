@@ -155,17 +155,32 @@ def run_precision(asked: str, device=None, *, kept: str | None = None,
     return resolve_precision(asked, device)
 
 # %% ../nbs/06c_trainer.ipynb #98520cf0
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# every fused attention but cuDNN's, which builds a plan for each new shape (see above)
+_SDPA_NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                   SDPBackend.MATH]
+
+
+@contextmanager
+def _cuda_autocast(dtype: torch.dtype):
+    with torch.autocast("cuda", dtype=dtype), sdpa_kernel(_SDPA_NOT_CUDNN):
+        yield
 
 
 def precision_context(precision: str, device):
-    "Autocast for `precision`: 'fp32' (none), 'bf16' (CPU or CUDA), 'fp16' (CUDA only)."
+    """Autocast for `precision`: 'fp32' (none), 'bf16' (CPU or CUDA), 'fp16' (CUDA
+    only); on CUDA without cuDNN's fused attention."""
     check_precision(precision, COMPUTE_PRECISIONS)
     device = torch.device(device)
     if precision == "fp32":
         return nullcontext()
     _fp16_needs_cuda(precision, device)
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    if device.type == "cuda":
+        return _cuda_autocast(dtype)
     return torch.autocast(device.type, dtype=dtype)
 
 

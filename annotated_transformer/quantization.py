@@ -137,16 +137,18 @@ def decoding_model(model: Transformer, precision: str, device,
                    kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
     for fp32 on the CPU its column-major copy (chapter 9a) unless `_instrumented`;
-    otherwise `model` itself. A copy is made at the first use and kept in `kept`
-    until `weights_stamp` moves."""
-    if any(t.device != device for t in (*model.parameters(), *model.buffers())):
-        model = model.to(device)           # walks every module: only when it moves
+    otherwise `model` itself, or a copy on `device` if it is elsewhere. A copy is made
+    at the first use and kept in `kept` until `weights_stamp` moves."""
+    elsewhere = any(t.device != device for t in (*model.parameters(), *model.buffers()))
+    if elsewhere and _instrumented(model):   # its hooks must run on the model itself
+        model, elsewhere = model.to(device), False
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
     if precision == "fp32" and device.type == "cpu" and not _instrumented(model):
         convert = column_major
-    if convert is None:
+    if convert is None and not elsewhere:
         return model
     key, stamp = (precision, str(device)), weights_stamp(model)
-    if key not in kept or kept[key][0] != stamp:
-        kept[key] = (stamp, convert(model))
+    if key not in kept or kept[key][0] != stamp:       # the caller's model stays put
+        there = copy.deepcopy(model).to(device) if elsewhere else model
+        kept[key] = (stamp, there if convert is None else convert(there))
     return kept[key][1]

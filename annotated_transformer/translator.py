@@ -257,11 +257,11 @@ class Translator(_Pretrained):
         """Translate a list of strings (or one string) by beam search (§6.1), in
         batches of `batch_size` sentences sorted by length; `precision`: "auto" (bf16
         where `device` computes it natively, else fp32), fp32 or bf16 as named, or
-        "int8" (CPU); `engine`: "eager", "compiled" or "aot" (part 9e, fp32, CPU);
-        `progress`: a bar on stderr."""
+        "int8" (CPU, the default `device` then); `engine`: "eager", "compiled" or
+        "aot" (part 9e, fp32, CPU); `progress`: a bar on stderr."""
         one = isinstance(sentences, str)
-        device = (torch.device(device) if device
-                  else next(self.model.parameters()).device)
+        device = torch.device(device if device else "cpu" if precision == "int8"
+                              else next(self.model.parameters()).device)
         precision = _decoding_precision(precision, device, self._said, progress, engine)
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")

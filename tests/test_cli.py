@@ -289,14 +289,16 @@ def test_progress_bar_only_on_a_terminal(model_dir, tmp_path, capsys):
 
 def test_evaluate_json(model_dir, multi30k, tmp_path, capsys):
     """The score is sacreBLEU's own on the translations written; scored against
-    themselves, those translations get 100."""
+    themselves, the same translations get their own self-score (100 where a line has four
+    words: a barely trained model's lines may not)."""
     import sacrebleu
     src, ref, hyp = tmp_path / "src.en", tmp_path / "ref.de", tmp_path / "hyp.de"
     src.write_text("".join(open(multi30k / "val.en").readlines()[:4]))
     ref.write_text("".join(open(multi30k / "val.de").readlines()[:4]))
+    cpu = ["--device", "cpu"]       # one device's rounding, whatever the machine has
     assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
                  "--reference", str(ref), "--beam-size", "2", "--json", "-o",
-                 str(hyp)]) == 0
+                 str(hyp), *cpu]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     result = json.loads(out)
@@ -306,9 +308,13 @@ def test_evaluate_json(model_dir, multi30k, tmp_path, capsys):
     assert result["score"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score,
                                             abs=1e-9)
     assert "tok:13a" in result["signature"]
+    again = tmp_path / "again.de"
     assert main(["evaluate", "--model-dir", str(model_dir), "--source", str(src),
-                 "--reference", str(hyp), "--beam-size", "2", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(100.0)
+                 "--reference", str(hyp), "--beam-size", "2", "--json", "-o", str(again),
+                 *cpu]) == 0
+    assert again.read_text(encoding="utf-8") == hyp.read_text(encoding="utf-8")
+    assert json.loads(capsys.readouterr().out)["score"] == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [hyps]).score)
     assert result["lines"] == 4 and result["seconds"] >= 0
     assert result["beam_size"] == 2 and result["alpha"] == 0.6
     from annotated_transformer.precision import resolve_precision    # auto, resolved
@@ -336,6 +342,25 @@ def test_translate_int8(model_dir, tmp_path, capsys):
     assert out.count("\n") == 3 and out.split("\n")[1] == ""
 
 
+def test_int8_without_a_device_loads_on_the_cpu(model_dir, tmp_path, monkeypatch):
+    """int8 runs on the CPU only: with no --device, the model is loaded there even where
+    a GPU is the fastest device present."""
+    from annotated_transformer import cli
+    asked = []
+
+    def from_pretrained(directory, device=None):
+        asked.append(device)
+        raise OSError("stop here")
+
+    monkeypatch.setattr(cli.Translator, "from_pretrained", from_pretrained)
+    src = tmp_path / "in.en"
+    src.write_text("A dog runs.\n")
+    for extra in (["--precision", "int8"], ["--precision", "fp32"]):
+        assert main(["translate", "--model-dir", str(model_dir), "-i", str(src),
+                     *extra]) == 1
+    assert asked == ["cpu", None]
+
+
 
 def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     """--engine compiled gives the eager lines (the step run uncompiled here: part 9d's
@@ -351,7 +376,8 @@ def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(compiled, "static_step", lambda *a: steps.append(1) or real(*a))
     src = tmp_path / "in.en"
     src.write_text("A dog runs.\n\nTwo men talk in a park.\n")
-    args = ["translate", "--model-dir", str(model_dir), "-i", str(src), "--beam-size", "2"]
+    args = ["translate", "--model-dir", str(model_dir), "-i", str(src), "--beam-size", "2",
+            "--device", "cpu"]                          # the engine's device
     assert main(args + ["--precision", "fp32"]) == 0
     eager = capsys.readouterr().out
     assert main(args + ["--engine", "compiled"]) == 0
@@ -387,7 +413,7 @@ def test_evaluate_json_says_when_the_compiled_step_fell_back(model_dir, tmp_path
     src = tmp_path / "src.en"
     src.write_text("A dog runs.\nTwo men talk in a park.\n")
     args = ["evaluate", "--model-dir", str(model_dir), "--source", str(src),
-            "--reference", str(src), "--beam-size", "2", "--json"]
+            "--reference", str(src), "--beam-size", "2", "--json", "--device", "cpu"]
     assert main(args + ["--precision", "fp32"]) == 0
     eager = json.loads(capsys.readouterr().out)
     formatted = warnings.formatwarning
@@ -475,7 +501,7 @@ def test_evaluate_json_says_when_the_aot_step_fell_back(model_dir, tmp_path,
     src = tmp_path / "src.en"
     src.write_text("A dog runs.\nTwo men talk in a park.\n")
     args = ["evaluate", "--model-dir", str(model_dir), "--source", str(src),
-            "--reference", str(src), "--beam-size", "2", "--json"]
+            "--reference", str(src), "--beam-size", "2", "--json", "--device", "cpu"]
     assert main(args + ["--precision", "fp32"]) == 0
     eager = json.loads(capsys.readouterr().out)
     assert main(args + ["--engine", "aot"]) == 0
