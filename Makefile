@@ -12,11 +12,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
 .PHONY: setup export book test execute clean-nbs
 
+# --no-compile: Python compiles the modules a program imports when it first imports them,
+# not every file of PyTorch and the book's tools at install (about 60 s)
 $(VENV)/.installed: pyproject.toml annotated_transformer/__init__.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-compile $(TORCH_SPEC)
+	$(PY) -m pip install -q --no-compile -e ".[dev]"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -25,6 +25,9 @@ export AT_QUICK=1
 # Nothing in the tests may reach a hub.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 export PYTHONHASHSEED=0
+# The virtual environment is installed without bytecode (Makefile: --no-compile): each module
+# is compiled when first imported and kept, so the many processes below compile it once.
+unset PYTHONDONTWRITEBYTECODE
 # Stages run side by side on few cores. PyTorch's OpenMP threads spin after each parallel
 # region; when they share the cores with another process's, a spinning thread can hold the
 # core its partner waits for. Measured on this 2-core machine (150 copy-task training steps,
@@ -70,7 +73,7 @@ nbval() {
 # Those whose outputs say where their data or model came from are compared here, in the
 # checkout, beside the tests (tests/site needs the built site: stage 4 runs it).
 checkout() {
-  nbval --durations=12 $(grep -v '^#' tools/outputs_by_place.txt) \
+  nbval --durations=30 $(grep -v '^#' tools/outputs_by_place.txt) \
     $(test -d tests && echo tests --ignore=tests/site)
 }
 
