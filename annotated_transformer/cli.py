@@ -5,6 +5,7 @@ __all__ = ['main']
 
 # %% ../nbs/09f_cli.ipynb #bf76a0ed
 import argparse
+import importlib.metadata
 import json
 import os
 import sys
@@ -12,8 +13,6 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-
-import importlib.metadata
 
 import torch
 
@@ -68,11 +67,10 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=_positive, default=BATCH_SIZE,
                    help=f"sentences translated together (default: {BATCH_SIZE})")
     g.add_argument("--device", type=_device, default=None,
-                   help="cpu, cuda, cuda:1, mps, ... (default: the fastest present; "
-                        "the CPU for int8)")
+                   help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
     g.add_argument("--precision", choices=TRANSLATE_PRECISIONS, default="auto",
                    help="auto: bf16 autocast where the device computes bf16 natively, "
-                        "else fp32; fp16: CUDA only; int8: 8-bit weights, CPU only "
+                        "else fp32; fp16: CUDA only; int8: 8-bit weights, on the CPU "
                         "(default: auto)")
     g.add_argument("--engine", choices=ENGINES, default="eager",
                    help="eager: one operation at a time; compiled: a static-shape step "

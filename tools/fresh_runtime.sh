@@ -3,7 +3,8 @@
 # For each notebook:
 #   - a virtual environment holding only what the kernel brings (PyTorch, ipykernel and
 #     the scientific stack a Colab-like runtime has, on Colab's Python 3.12 where this machine
-#     has it) and what the chapter's own install requirement installs. Chapters whose install
+#     has it; kept between runs, as a runtime's image is) and what the chapter's own install
+#     requirement installs. Chapters whose install
 #     cells name the same requirement (the cells are one template, tools/nbclean.py) share
 #     one environment, made new for the first of them, whose cell runs the real
 #     `pip install`; the others find the package installed and skip pip. So each of the six
@@ -60,14 +61,35 @@ cleanup() {  # KEEP_TMP=1 keeps the folders for a look after a failure
 trap cleanup EXIT
 
 t0=$SECONDS
-"$KERNEL_PYTHON" -m venv "$tmp/kernel"
 quiet() { "$@" >"$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; return 1; }; }
-# --no-compile: the runtime compiles what it imports, once (PYTHONDONTWRITEBYTECODE is unset
-# below), not all of PyTorch at install (about 50 s)
-quiet "$tmp/kernel/bin/pip" install --no-compile $TORCH_SPEC
-quiet "$tmp/kernel/bin/pip" install --no-compile $KERNEL_REQS
-kernel_site=$("$tmp/kernel/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-echo "kernel requirements ready ($((SECONDS - t0)) s): $("$tmp/kernel/bin/python" -V), $TORCH_SPEC $KERNEL_REQS"
+# What the kernel brings is kept between runs, as a hosted runtime's image is: PyTorch with
+# its CUDA libraries is gigabytes from PyPI (minutes to fetch and unpack). One environment
+# per Python, requirements and ISO week (unpinned packages are fetched anew each week), made
+# under a lock and marked complete last, so an interrupted one is made again; those made over
+# a week ago are removed. The chapters' own installs are never kept: each run makes their
+# environments anew.
+kernels=${XDG_CACHE_HOME:-$HOME/.cache}/annotated_transformer/kernels
+key=$(printf '%s\n' "$("$KERNEL_PYTHON" -VV)" "$TORCH_SPEC" "$KERNEL_REQS" \
+        "$(date -u +%G-W%V)" | sha256sum | cut -c1-16)
+kernel=$kernels/$key kernel_how="kept from an earlier run"
+mkdir -p "$kernels"
+exec 9>"$kernels/.lock"
+flock 9
+if [ ! -f "$kernel/.complete" ]; then
+  kernel_how="made now"
+  rm -rf "$kernel"
+  find "$kernels" -mindepth 1 -maxdepth 1 -type d -mtime +7 -exec rm -rf {} +
+  "$KERNEL_PYTHON" -m venv "$kernel"
+  # --no-compile: the runtime compiles what it imports, once (PYTHONDONTWRITEBYTECODE is
+  # unset below), not all of PyTorch at install (about 50 s)
+  quiet "$kernel/bin/pip" install --no-compile $TORCH_SPEC
+  quiet "$kernel/bin/pip" install --no-compile $KERNEL_REQS
+  touch "$kernel/.complete"
+fi
+flock -u 9
+kernel_site=$("$kernel/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+echo "kernel requirements ready ($((SECONDS - t0)) s, $kernel_how): $("$kernel/bin/python" -V)," \
+     "$TORCH_SPEC $KERNEL_REQS"
 
 # the Hub's layout (train/val/test.jsonl), read through the same load_dataset call
 hub=""
@@ -119,7 +141,7 @@ BY_PLACE=$(listed tools/outputs_by_place.txt)
 SECOND=$(listed tools/second_path.txt)
 AVX2=(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2
       OMP_NUM_THREADS=1 MKL_NUM_THREADS=1)
-echo "the other kernel path: $(env -u PYTHONDONTWRITEBYTECODE "${AVX2[@]}" "$tmp/kernel/bin/python" \
+echo "the other kernel path: $(env -u PYTHONDONTWRITEBYTECODE "${AVX2[@]}" "$kernel/bin/python" \
   -c 'import torch; print(torch.backends.cpu.get_cpu_capability(), torch.get_num_threads())'
   ) (kernels, threads)"
 spec_of() {  # the chapter's install requirement, as its install cell names it (on main)

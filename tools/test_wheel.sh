@@ -61,4 +61,6 @@ PY
   rm -rf "$tmp"
 )
 
+t0=$SECONDS
 wheel
+echo "wheel stage: $((SECONDS - t0)) s"
