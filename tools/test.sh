@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (`make test`): seven stages, each timed (the fifth and sixth run beside 2-4).
+# The test command (`make test`): seven stages, each timed (3-4, 5 and 6 run beside 2).
 # Run from the repository root.
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -77,27 +77,29 @@ checkout() {
     $(test -d tests && echo tests --ignore=tests/site)
 }
 
-book() {
+book_and_site() {  # stage 3, the book, then stage 4, its check; each one's time said
+  local t=$SECONDS
   rm -rf book/_build
   $BIN/jupyter-book build . --path-output book -W --keep-going
   PY=$BIN/python bash tools/build_try.sh book/_build/html
-}
-
-site() {
+  echo "stage 3, the book: $((SECONDS - t)) s"; t=$SECONDS
   $BIN/python tools/check_site.py book/_build/html
   $BIN/python -m pytest -q tests/site   # the Try it page in headless Chromium
+  echo "stage 4, the site check: $((SECONDS - t)) s"
 }
 
 stage "1 sync and clean" sync_check
-# Stages 5 and 6 use nothing that stages 2-4 make, and much of their time goes to pip (the
-# network) and to work on one thread: they run beside stages 2-4, each in a process group of
-# its own (stopped if the command fails first); their logs are printed after stage 4.
+# Stages 3-6 use nothing that stage 2 makes, much of their time goes to pip (the network)
+# and to work on one thread, and the book (stage 3, then its check, stage 4) leaves a core
+# idle if it runs alone after stage 2: they run beside stage 2, each in a process group of its
+# own (stopped if the command fails first); their logs are printed after stage 2.
 declare -A beside_pid=() beside_log=() beside_t0=()
-beside() {  # beside NAME SCRIPT: start it in the background
-  beside_log[$1]=$(mktemp) beside_t0[$1]=$SECONDS
-  echo "=== stage: $1, beside stages 2-4: its log follows stage 4"
-  VENV=$VENV TORCH_SPEC=$TORCH_SPEC setsid bash "$2" >"${beside_log[$1]}" 2>&1 &
-  beside_pid[$1]=$!
+beside() {  # beside NAME COMMAND...: start it in the background
+  local name=$1; shift
+  beside_log[$name]=$(mktemp) beside_t0[$name]=$SECONDS
+  echo "=== stage: $name, beside stage 2: its log follows stage 2"
+  VENV=$VENV TORCH_SPEC=$TORCH_SPEC BIN=$BIN setsid "$@" >"${beside_log[$name]}" 2>&1 &
+  beside_pid[$name]=$!
 }
 collect() {  # collect NAME: wait for it, print its log, fail if it failed
   local rc=0
@@ -108,12 +110,13 @@ collect() {  # collect NAME: wait for it, print its log, fail if it failed
   TIMES+=("$(printf '%-28s %4ds' "$1 (beside)" $((SECONDS - ${beside_t0[$1]})))")
   [ "$rc" -eq 0 ] || { echo "stage $1 failed" >&2; exit "$rc"; }
 }
-beside "6 chapters, fresh" tools/fresh_runtime.sh
-beside "5 wheel + CLI" tools/test_wheel.sh
+beside "6 chapters, fresh" bash tools/fresh_runtime.sh
+beside "5 wheel + CLI" bash tools/test_wheel.sh
+export -f book_and_site
+beside "3-4 book (-W), site check" bash -c "set -euo pipefail; book_and_site"
 trap 'for p in "${beside_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done' EXIT
 stage "2 tests, chapters by place" checkout
-stage "3 book (-W)" book
-stage "4 site check" site
+collect "3-4 book (-W), site check"
 collect "5 wheel + CLI"
 collect "6 chapters, fresh"
 trap - EXIT
