@@ -4,12 +4,12 @@
 #   - a virtual environment holding only what the kernel brings (PyTorch, ipykernel and
 #     the scientific stack a Colab-like runtime has, on Colab's Python 3.12 where this machine
 #     has it; kept between runs, as a runtime's image is) and what the chapter's own install
-#     requirement installs. Chapters whose install
-#     cells name the same requirement (the cells are one template, tools/nbclean.py) share
-#     one environment, made new for the first of them, whose cell runs the real
-#     `pip install`; the others find the package installed and skip pip. So each of the six
-#     requirements is installed from the real URL and ref once per run, not once per
-#     chapter (Colab gives each notebook a runtime of its own);
+#     requirement installs. Chapters whose install cells name the same requirement (the
+#     cells are one template, tools/nbclean.py) share one environment, made new for the
+#     first of them, whose cell runs the real `pip install`; the others find the package
+#     installed and skip pip. So each of the six requirements is installed from the real
+#     URL and ref once per run, not once per chapter (Colab gives each notebook a runtime
+#     of its own);
 #   - the notebook copied alone into an empty folder outside the checkout: no ../shared, no
 #     runs/, no models/ beside it;
 #   - executed top to bottom under nbval: every cell runs, every assertion counts, and every
