@@ -123,14 +123,17 @@ def weights_stamp(model: Transformer) -> list:
     """Where each parameter's and buffer's numbers live and how often they were changed
     in place (an optimiser step, `load_state_dict`); updates through `.data`, and
     inference tensors (made under `torch.inference_mode`), keep no count."""
-    return [(t.data_ptr(), None if t.is_inference() else t._version)
-            for t in (*model.parameters(), *model.buffers())]
+    return _stamp([*model.parameters(), *model.buffers()])
+
+
+def _stamp(tensors: list) -> list:
+    return [(t.data_ptr(), None if t.is_inference() else t._version) for t in tensors]
 
 
 def _instrumented(model: Transformer) -> bool:
     "Whether a hook or `keep_weights` is set on a module (a copy would not carry it)."
-    return any(m._forward_hooks or m._forward_pre_hooks or getattr(m, "keep_weights", 0)
-               for m in model.modules())
+    return any(m._forward_hooks or m._forward_pre_hooks or vars(m).get("keep_weights")
+               for m in model.modules())     # vars: no slow miss through __getattr__
 
 
 def decoding_model(model: Transformer, precision: str, device,
@@ -139,15 +142,18 @@ def decoding_model(model: Transformer, precision: str, device,
     for fp32 on the CPU its column-major copy (chapter 9a) unless `_instrumented`;
     otherwise `model` itself, or a copy on `device` if it is elsewhere. A copy is made
     at the first use and kept in `kept` until `weights_stamp` moves."""
-    elsewhere = any(t.device != device for t in (*model.parameters(), *model.buffers()))
-    if elsewhere and _instrumented(model):   # its hooks must run on the model itself
+    tensors = [*model.parameters(), *model.buffers()]      # walked once: every call
+    elsewhere = any(t.device != device for t in tensors)
+    instrumented = _instrumented(model)
+    if elsewhere and instrumented:           # its hooks must run on the model itself
         model, elsewhere = model.to(device), False
+        tensors = [*model.parameters(), *model.buffers()]   # moved buffers are new
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
-    if precision == "fp32" and device.type == "cpu" and not _instrumented(model):
+    if precision == "fp32" and device.type == "cpu" and not instrumented:
         convert = column_major
     if convert is None and not elsewhere:
         return model
-    key, stamp = (precision, str(device)), weights_stamp(model)
+    key, stamp = (precision, str(device)), _stamp(tensors)
     if key not in kept or kept[key][0] != stamp:       # the caller's model stays put
         there = copy.deepcopy(model).to(device) if elsewhere else model
         kept[key] = (stamp, there if convert is None else convert(there))

@@ -20,7 +20,9 @@ on a CPU (`decoding_model`, chapter 9a):
     same way (the package's build, then loading it).
   - same: every sentence of test_2016_flickr, greedy and beam 4, by each engine, with
     BLEU and the number of lines identical to the eager ones (one process: these times
-    are not a benchmark).
+    are not a benchmark);
+  - rows: a step of each of the model's two packages ("few" and "many" rows) at 1 to 256
+    rows, in one process, the packages taking turns.
 Writes bench/results/static_step.json, which part 9e loads.
 
     python bench/static_results.py --threads 2
@@ -131,14 +133,17 @@ def first_worker(engine: str, a) -> dict:
 
 def same_worker(_, a) -> dict:
     """The whole test set, greedy and beam 4, by each engine: lines identical to the
-    eager ones, BLEU, seconds (compiled: including compiling each new batch shape), and
-    whether a compiled step fell back to eager."""
+    eager ones, BLEU, seconds (compiled: including compiling each new batch shape; aot:
+    its two packages built before), and whether a compiled step fell back to eager."""
     from annotated_transformer.engines import decoding_step
     from annotated_transformer.translator import corpus_bleu
     tr = _translator(a)
     src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]
     ref = Path(a.data, "test_2016_flickr.de").read_text().splitlines()[:len(src)]
     result = {"sentences": len(src)}
+    # packages are built once per model and kept: build the many-rows one before timing
+    # (the few-rows one came with the first-call processes, which share the folder)
+    tr.translate(src[:64], beam_size=4, precision="fp32", engine="aot")
     for k in (1, 4):
         runs = {}
         for engine in ENGINES:
@@ -154,7 +159,38 @@ def same_worker(_, a) -> dict:
     return result
 
 
-WORKERS = {"step": step_worker, "first": first_worker, "same": same_worker}
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def rows_worker(_, a) -> dict:
+    """A step of each of the model's two packages at each number of rows in ROWS (buffers
+    of 32 output and 32 source positions), the packages taking turns call by call:
+    milliseconds, the median of --repeats calls."""
+    from annotated_transformer.compiled import compile_dir
+    from annotated_transformer.engines import FEW_ROWS, _package_run, _step_inputs
+    from annotated_transformer.quantization import decoding_model
+    from annotated_transformer.static import StaticCache
+    tr = _translator(a)
+    model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
+    runs = {kind: _package_run(model, compile_dir(), kind) for kind in ("few", "many")}
+    ms = {kind: [] for kind in runs}
+    with torch.inference_mode():
+        for r in ROWS:
+            cache = StaticCache(model, r, 32, 32)
+            inputs = _step_inputs(torch.full((r, 1), 5), torch.tensor([3]), cache)
+            times = {kind: [] for kind in runs}
+            for _ in range(a.repeats):
+                for kind, run in runs.items():
+                    t0 = time.perf_counter()
+                    run(inputs)
+                    times[kind].append(time.perf_counter() - t0)
+            for kind in runs:
+                ms[kind].append(1e3 * statistics.median(times[kind]))
+    return {"rows": list(ROWS), "ms_per_step": ms, "few_rows": FEW_ROWS}
+
+
+WORKERS = {"step": step_worker, "first": first_worker, "same": same_worker,
+           "rows": rows_worker}
 
 
 def spawn(kind: str, engine: str, a, env=None) -> dict:
@@ -203,7 +239,7 @@ def main(argv=None) -> None:
               "date": time.strftime("%Y-%m-%d"), "step": step, "first_call": first,
               "round_ratios": {e: [r["eager cached"]["ms_per_step"] / r[e]["ms_per_step"]
                                    for r in rounds] for e in STEP_ENGINES[2:]},
-              "same": spawn("same", "-", a, env)}
+              "same": spawn("same", "-", a, env), "rows": spawn("rows", "-", a, env)}
     write_durably(a.out, json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 

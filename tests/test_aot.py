@@ -16,17 +16,29 @@ from annotated_transformer.static import StaticCache, static_greedy_decode, stat
 from test_static_decoding import padded_sources, small_model
 
 
+def eager_run(model, inputs):
+    "What a package's `run` gives for its flat inputs: the eager step's log-probs."
+    token, t, *buffers, src_mask = inputs
+    n = len(buffers) // 4
+    cache = StaticCache.__new__(StaticCache)
+    cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
+        buffers[i * n:(i + 1) * n] for i in range(4))
+    cache.src_mask = src_mask
+    return static_step(model, token, t, cache)
+
+
 class StandIn:
     """`_build_package` and `_load_package` replaced: a build writes the model's name into
     the package file; loading gives a `run` that decodes by the eager step, and fails on a
     file it did not write."""
 
     def __init__(self, monkeypatch):
-        self.models, self.built, self.calls = {}, [], 0
+        self.models, self.built, self.calls, self.ran = {}, [], 0, []
         monkeypatch.setattr(engines, "_build_package", self.build)
         monkeypatch.setattr(engines, "_load_package", self.load)
 
-    def build(self, model, package):
+    def build(self, model, package, kind):
+        assert package.stem.endswith(kind)
         self.built.append(package)
         self.models[package.name] = model
         package.parent.mkdir(parents=True, exist_ok=True)
@@ -39,13 +51,8 @@ class StandIn:
 
         def run(inputs):                         # the flat inputs, as the loader's
             self.calls += 1
-            token, t, *buffers, src_mask = inputs
-            n = len(buffers) // 4
-            cache = StaticCache.__new__(StaticCache)
-            cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
-                buffers[i * n:(i + 1) * n] for i in range(4))
-            cache.src_mask = src_mask
-            return [static_step(model, token, t, cache)]
+            self.ran.append(path.stem.rsplit("-", 1)[1])       # the package's kind
+            return [eager_run(model, inputs)]
         return type("Loaded", (), {"run": staticmethod(run)})
 
 
@@ -67,7 +74,7 @@ def test_a_package_is_built_once_and_found_by_a_new_step(tmp_path, monkeypatch):
 def test_a_damaged_package_is_built_again(tmp_path, monkeypatch):
     package = StandIn(monkeypatch)
     model, step = small_model(), AotStep(cache_dir=tmp_path)
-    path = aot_package(model, step.folder)
+    path = aot_package(model, step.folder, "few")
     path.parent.mkdir(parents=True)
     path.write_bytes(b"PK\x03\x04")                       # a partial copy
     with pytest.warns(RuntimeWarning, match="could not be loaded .*building it again"):
@@ -104,7 +111,7 @@ def test_a_failed_build_decodes_eagerly(code, kept, tmp_path, monkeypatch):
     assert len(w) == 1 and step.failed is not None
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=6)[0])
     left = sorted(p.name for p in step.folder.glob("aot-*"))
-    assert left == ([aot_package(model, step.folder).with_suffix(".json").name]
+    assert left == ([aot_package(model, step.folder, "few").with_suffix(".json").name]
                     if kept else [])
     if kept:
         assert "SIGSEGV" in step.why
@@ -167,10 +174,88 @@ def test_another_version_or_setup_names_another_package(tmp_path, monkeypatch):
     """A package is never loaded by another version of the library (its name changes)
     or under another setup (`compile_dir` changes): there it is built anew."""
     model = small_model()
-    package = aot_package(model, compiled.compile_dir(tmp_path))
+    package = aot_package(model, compiled.compile_dir(tmp_path), "few")
     monkeypatch.setattr(sys.modules["annotated_transformer"], "__version__", "0.0.1")
-    assert aot_package(model, compiled.compile_dir(tmp_path)) != package
+    assert aot_package(model, compiled.compile_dir(tmp_path), "few") != package
     monkeypatch.undo()
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
     assert compiled.compile_dir(tmp_path) != package.parent
-    assert aot_package(model, compiled.compile_dir(tmp_path)).name == package.name
+    assert aot_package(model, compiled.compile_dir(tmp_path), "few").name == package.name
+
+
+def test_few_rows_and_many_rows_run_packages_of_their_own(tmp_path, monkeypatch):
+    """A step of at most FEW_ROWS rows runs the "few" package, a larger one the "many"
+    package, each built once when first needed; a beam search whose batch shrinks below
+    the bound moves from one to the other within the decode, with the eager tokens."""
+    from annotated_transformer.static import static_beam_search
+    from annotated_transformer.decoding import beam_search
+    package = StandIn(monkeypatch)
+    monkeypatch.setattr(engines, "FEW_ROWS", 4)
+    model, step = small_model(), AotStep(cache_dir=tmp_path)
+    kinds = lambda: [p.stem.rsplit("-", 1)[1] for p in package.built]
+    static_greedy_decode(model, padded_sources(4), max_len_b=5, step=step)
+    assert kinds() == ["few"]
+    src = padded_sources(3)                              # 3 sentences × 2 beams: 6 rows
+    package.ran.clear()
+    ids = static_beam_search(model, src, beam_size=2, max_len_b=5, step=step)[0]
+    assert kinds() == ["few", "many"] and step.failed is None
+    assert package.ran[0] == "many" and package.ran[-1] == "few"     # 6 rows, then ≤ 4
+    assert torch.equal(ids, beam_search(model, src, beam_size=2, max_len_b=5)[0])
+    assert aot_package(model, step.folder, "few") != aot_package(model, step.folder, "many")
+
+
+def test_an_interrupted_build_is_tried_again_and_a_failure_stays_told(tmp_path,
+                                                                      monkeypatch):
+    """Ctrl-C during a build leaves nothing believed: the next decode builds again. When
+    one kind fails and the other loads, `failed` still tells the failure."""
+    package = StandIn(monkeypatch)
+    monkeypatch.setattr(engines, "FEW_ROWS", 4)
+    model, step = small_model(), AotStep(cache_dir=tmp_path)
+    real = engines._package_run
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(engines, "_package_run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        static_greedy_decode(model, padded_sources(2), max_len_b=4, step=step)
+    monkeypatch.setattr(engines, "_package_run", real)
+    static_greedy_decode(model, padded_sources(2), max_len_b=4, step=step)
+    assert [p.stem.rsplit("-", 1)[1] for p in package.built] == ["few"] and package.calls
+
+    def many_fails(model, folder, kind):
+        if kind == "many":
+            raise RuntimeError("no room for the many-rows package")
+        return real(model, folder, kind)
+    monkeypatch.setattr(engines, "_package_run", many_fails)
+    with pytest.warns(RuntimeWarning, match="no room"):
+        static_greedy_decode(model, padded_sources(6), max_len_b=4, step=step)   # many
+    static_greedy_decode(model, padded_sources(2), max_len_b=4, step=step)       # few
+    assert "no room" in step.why and step.failed is not None
+
+
+def test_the_few_rows_build_falls_back_to_other_settings(tmp_path, monkeypatch, capfd):
+    """Where Inductor cannot build the few-rows package with its own matrix products
+    only, the child builds it with the library's allowed too, and says so; where every
+    setting fails, the last failure is the build's."""
+    from types import SimpleNamespace
+    model = small_model()
+    monkeypatch.setattr(engines, "run_child", lambda code, args, folder, what: (
+        engines._build(*args), {"ok": True, "why": "", "keep_s": None})[1])
+    tried = []
+
+    def compile_and_package(program, package_path):
+        import torch._inductor.config as config
+        tried.append(config.max_autotune_gemm_backends)
+        if config.max_autotune_gemm_backends == "CPP":
+            raise RuntimeError("NoValidChoicesError: no template for this product")
+        open(package_path, "w").close()
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    monkeypatch.setattr(engines, "_load_package", lambda path: SimpleNamespace(
+        run=lambda inputs: [eager_run(model, inputs)]))
+    package = aot_package(model, tmp_path, "few")
+    engines._build_package(model, package, "few")
+    assert tried == ["CPP", "CPP,ATEN"] and package.exists()
+    assert "trying" in capfd.readouterr().err
+    monkeypatch.setattr(engines, "_INDUCTOR", {"few": engines._INDUCTOR["few"][:1]})
+    with pytest.raises(RuntimeError, match="NoValidChoicesError"):
+        engines._build_package(model, aot_package(model, tmp_path / "b", "few"), "few")
