@@ -172,6 +172,12 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {first_line(e)}"
 
 
+def _bare(e: BaseException) -> BaseException:
+    "`e` without its traceback and chained errors, whose frames would hold the model."
+    e.__context__ = e.__cause__ = None
+    return e.with_traceback(None)
+
+
 def _package_run(model: Transformer, folder: Path, kind: str):
     "The `run` of `model`'s package of `kind` in `folder`: loaded, built if need be."
     if any(p.dtype != torch.float32 or p.device.type != "cpu"
@@ -194,8 +200,8 @@ class AotStep:
     """`static_step` compiled ahead of time: per model, a package for steps of at most
     `FEW_ROWS` rows and one for more (`aot_package`), each built in a child process when
     first needed, kept in `folder` (`compile_dir`), run by PyTorch's C++ loader; without
-    it, `static_step` after one warning (`failed`, `why`: the model's first failure, or
-    None, ""). Weights changed in place get new packages, through `.data` not (11b)."""
+    it, `static_step` after one warning a package (`failed`, `why`: the first failure of
+    the last model met, or None, ""). New weights in place get new packages (11b)."""
 
     def __init__(self, *, cache_dir=None):
         self.folder, self.failed, self.why = compile_dir(cache_dir), None, ""
@@ -211,7 +217,7 @@ class AotStep:
             try:
                 runs[kind] = _package_run(model, self.folder, kind)
             except Exception as e:     # the package's own failure, not the caller's
-                runs[kind], failures[kind] = None, e
+                runs[kind], failures[kind] = None, _bare(e)
                 warnings.warn(f"the ahead-of-time step could not be had ({_why(e)}); "
                               "decoding eagerly", RuntimeWarning,
                               stacklevel=caller_stacklevel())

@@ -246,6 +246,7 @@ def test_the_few_rows_build_falls_back_to_other_settings(tmp_path, monkeypatch, 
     def compile_and_package(program, package_path):
         import torch._inductor.config as config
         tried.append(config.max_autotune_gemm_backends)
+        assert config.freezing and config.max_autotune       # the few-rows settings
         if config.max_autotune_gemm_backends == "CPP":
             raise RuntimeError("NoValidChoicesError: no template for this product")
         open(package_path, "w").close()
