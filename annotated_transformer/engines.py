@@ -24,13 +24,14 @@ from .utils import caller_stacklevel
 from .checkpoints import load_weights, model_tensors
 from .model import Transformer, TransformerConfig, make_model
 from .quantization import column_major, weights_stamp
-from .static import StaticCache, static_greedy_decode, static_step
+from .static import (StaticCache, static_beam_search,
+                                          static_greedy_decode, static_step)
 from .compiled import (DIFFERENT_TOKENS, TRIAL_TIMEOUT, decide,
                                             compile_dir, compiled_step, first_line,
                                             run_child)
 
 # %% ../nbs/07e_aot.ipynb #3f6afd03
-AOT_MAX = 1 << 16            # the most rows, output or source positions a package takes
+AOT_MAX = 1 << 16            # the most sentences, beams or positions a package takes
 
 
 class _StepModule(torch.nn.Module):
@@ -42,33 +43,43 @@ class _StepModule(torch.nn.Module):
 
     def forward(self, token, t, self_k, self_v, cross_k, cross_v, src_mask):
         cache = StaticCache.__new__(StaticCache)     # these buffers, nothing allocated
+        rows = lambda bufs: [b.flatten(0, 1) for b in bufs]      # (B, K, ..) → (BK, ..)
         cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
-            self_k, self_v, cross_k, cross_v)
+            rows(self_k), rows(self_v), cross_k, cross_v)
         cache.src_mask = src_mask
         return static_step(self.model, token, t, cache)
 
 
+def _step_args(token: Tensor, t: Tensor, cache: StaticCache) -> tuple:
+    """The arguments of `_StepModule` for a step: the self-attention buffers as
+    `(sentences, beams, ...)`, so that the graph sees its rows as sentences × beams,
+    the shape of `token` (views: nothing is copied)."""
+    beams = lambda bufs: [b.unflatten(0, token.shape) for b in bufs]
+    return (token, t, beams(cache.self_k), beams(cache.self_v), cache.cross_k,
+            cache.cross_v, cache.src_mask)
+
+
 def _step_inputs(token: Tensor, t: Tensor, cache: StaticCache) -> list[Tensor]:
-    "The inputs of `_StepModule` as one flat list, as a package's `run` takes them."
-    return [token, t, *cache.self_k, *cache.self_v, *cache.cross_k, *cache.cross_v,
-            cache.src_mask]
+    "`_step_args` as one flat list, as a package's `run` takes them."
+    return [x for a in _step_args(token, t, cache)
+            for x in (a if isinstance(a, list) else [a])]
 
-
+# %% ../nbs/07e_aot.ipynb #e7c0a1b5
 def export_step(model: Transformer) -> torch.export.ExportedProgram:
-    """`static_step` of `model` as a graph for `torch.export`, free in the number of
-    rows and the output and source lengths (up to `AOT_MAX`)."""
+    """`static_step` of `model` as a graph for `torch.export`, free in the numbers of
+    sentences and beams and the output and source lengths (up to `AOT_MAX`)."""
     from torch.export import Dim
-    cache = StaticCache(model, 3, 32, 16)             # example sizes: all three free
-    rows = Dim("rows", min=1, max=AOT_MAX)
+    cache = StaticCache(model, 3, 32, 16, beams=2)    # example sizes: all four free
+    B, K = (Dim(name, min=1, max=AOT_MAX) for name in ("sentences", "beams"))
     out, src = (Dim(name, min=2, max=AOT_MAX) for name in ("out", "src"))
     n = len(cache.self_k)
-    kv = lambda length: [{0: rows, 2: length}] * n       # (rows, h, length, d_k)
-    shapes = ({0: rows}, None, kv(out), kv(out), kv(src), kv(src), {0: rows, 3: src})
-    token, t = torch.ones(3, 1, dtype=torch.long), torch.tensor([0])
+    own = [{0: B, 1: K, 3: out}] * n                     # (B, K, h, out, d_k)
+    shared = [{0: B, 2: src}] * n                        # (B, h, src, d_k)
+    shapes = ({0: B, 1: K}, None, own, own, shared, shared, {0: B, 3: src})
+    token, t = torch.ones(3, 2, dtype=torch.long), torch.tensor([0])
     with torch.no_grad():
-        return torch.export.export(_StepModule(model).eval(), (
-            token, t, cache.self_k, cache.self_v, cache.cross_k, cache.cross_v,
-            cache.src_mask), dynamic_shapes=shapes)
+        return torch.export.export(_StepModule(model).eval(),
+                                   _step_args(token, t, cache), dynamic_shapes=shapes)
 
 # %% ../nbs/07e_aot.ipynb #0522fdd0
 _BUILD_CODE = ("import sys; from annotated_transformer.engines import _build; "
@@ -115,9 +126,11 @@ def _build(weights: str, package: str, kind: str) -> None:
         torch.manual_seed(0)                 # a batch of the rows this kind runs
         rows = 3 if kind == "few" else FEW_ROWS + 3
         src = torch.randint(4, model.src_embed.num_embeddings, (rows, 9))
-        with torch.inference_mode():
-            ids = static_greedy_decode(model, src, max_len_b=8, step=step)[0]
-            same = torch.equal(ids, static_greedy_decode(model, src, max_len_b=8)[0])
+        with torch.inference_mode():         # greedy; beam search, two beams
+            same = all(torch.equal(search(model, src, max_len_b=8, step=step, **kw)[0],
+                                   search(model, src, max_len_b=8, **kw)[0])
+                       for search, kw in ((static_greedy_decode, {}),
+                                          (static_beam_search, {"beam_size": 2})))
         if same:
             os.replace(partial, package)
     finally:
@@ -231,7 +244,7 @@ class AotStep:
         if cache_ref is None or cache_ref() is not cache or model_ref() is not model:
             runs = {}                           # a new decode: weights checked again
             self._now = (weakref.ref(cache), weakref.ref(model), runs)
-        kind = "few" if token.size(0) <= FEW_ROWS else "many"
+        kind = "few" if token.numel() <= FEW_ROWS else "many"
         if kind not in runs:                    # once per kind and decode
             runs[kind] = self._run(model, kind)
         return (static_step(model, token, t, cache) if runs[kind] is None

@@ -25,30 +25,31 @@ def bucket(n: int, smallest: int = 16) -> int:
 
 
 class StaticCache:
-    """Keys and values of every decoder layer for `rows` rows (sentences × beams), in
-    buffers allocated ahead: self-attention `self_k`, `self_v`, `(rows, h, max_len,
-    d_k)`, written one position a step by `static_step` (longer by `grow`);
-    cross-attention `cross_k`, `cross_v` `(rows, h, src_len, d_k)` and the source mask
-    `src_mask` `(rows, 1, 1, src_len)`, written once per batch by `fill_source`."""
+    """Keys and values of every decoder layer, in buffers allocated ahead: for each of
+    `sentences` × `beams` rows (a sentence's beams together), self-attention `self_k`,
+    `self_v` `(rows, h, max_len, d_k)`, written one position a step by `static_step`
+    (longer by `grow`); for each sentence, shared by its beams, cross-attention
+    `cross_k`, `cross_v` `(sentences, h, src_len, d_k)` and the source mask `src_mask`
+    `(sentences, 1, 1, src_len)`, written once per batch by `fill_source`."""
 
-    def __init__(self, model: Transformer, rows: int, max_len: int, src_len: int):
+    def __init__(self, model: Transformer, sentences: int, max_len: int, src_len: int,
+                 *, beams: int = 1):
         c, p = model.config, next(model.parameters())
         h, d_k, n = c.n_heads, c.d_model // c.n_heads, len(model.decoder.layers)
-        new = lambda length: [p.new_zeros(rows, h, length, d_k) for _ in range(n)]
-        self.self_k, self.self_v = new(max_len), new(max_len)
-        self.cross_k, self.cross_v = new(src_len), new(src_len)
-        self.src_mask = torch.zeros(rows, 1, 1, src_len, dtype=torch.bool,
-                                    device=p.device)
+        new = lambda rows, length: [p.new_zeros(rows, h, length, d_k) for _ in range(n)]
+        self.self_k, self.self_v = (new(sentences * beams, max_len) for _ in "kv")
+        self.cross_k, self.cross_v = (new(sentences, src_len) for _ in "kv")
+        self.src_mask = p.new_zeros(sentences, 1, 1, src_len, dtype=torch.bool)
 
     def fill_source(self, model: Transformer, memory: Tensor, src_mask: Tensor):
-        """Keys and values of the encoder's output `memory` `(rows, S, d_model)`; its
-        mask `src_mask` `(rows, 1, S)`."""
+        """Keys and values of the encoder's output `memory` `(sentences, S, d_model)`;
+        its mask `src_mask` `(sentences, 1, S)`."""
         S = memory.size(1)
         self.src_mask.zero_()[:, 0, 0, :S] = src_mask[:, 0]
         for layer, k_buf, v_buf in zip(model.decoder.layers, self.cross_k,
                                        self.cross_v):
             mha = layer.cross_attn                  # W^K, W^V: chapter 2's projections
-            kv = mha.project_blocks(memory, 1, 3)             # (rows, S, 2·d_model)
+            kv = mha.project_blocks(memory, 1, 3)             # (B, S, 2·d_model)
             k, v = map(mha.split_heads, kv.chunk(2, dim=-1))
             k_buf.zero_()[:, :, :S], v_buf.zero_()[:, :, :S] = k, v
 
@@ -73,27 +74,35 @@ def _heads_out(mha: nn.Module, out: Tensor) -> Tensor:
 
 def _self_attend(mha: nn.Module, y: Tensor, t: Tensor, k_buf: Tensor, v_buf: Tensor,
                  seen: Tensor) -> Tensor:
-    "Masked self-attention of the new position `t`; its key and value written at t."
+    """Masked self-attention of the new position `t` of each row (every beam has its
+    own past); its key and value written at t."""
+    B, K, d_model = y.shape
+    y = y.view(B * K, 1, d_model)                           # one row per beam
     q, k, v = map(mha.split_heads, mha.project(y, y, y))    # (rows, h, 1, d_k)
     k_buf.index_copy_(2, t, k.to(k_buf.dtype))
     v_buf.index_copy_(2, t, v.to(v_buf.dtype))
-    return _heads_out(mha, attention(q, k_buf, v_buf, mask=seen)[0])
+    return _heads_out(mha, attention(q, k_buf, v_buf, mask=seen)[0]).view(B, K, d_model)
 
 
 def _cross_attend(mha: nn.Module, y: Tensor, k_buf: Tensor, v_buf: Tensor,
                   src_mask: Tensor) -> Tensor:
-    "Attention of the new position to the encoder's keys and values, already cached."
-    q = mha.split_heads(mha.project_blocks(y, 0, 1))        # W^Q only
-    return _heads_out(mha, attention(q, k_buf, v_buf, mask=src_mask)[0])
+    """Attention of each row's new position to the encoder's keys and values, cached
+    once per sentence: a sentence's K beams read them by broadcasting, not copies."""
+    B, K, d_model = y.shape
+    q = mha.split_heads(mha.project_blocks(y.view(B * K, 1, d_model), 0, 1))
+    out = attention(q.unflatten(0, (B, K)), k_buf[:, None], v_buf[:, None],
+                    mask=src_mask[:, None])[0]              # (B, K, h, 1, d_k)
+    return _heads_out(mha, out.flatten(0, 1)).view(B, K, d_model)
 
 # %% ../nbs/07b_static.ipynb #9dee52f4
 def static_step(model: Transformer, token: Tensor, t: Tensor,
                 cache: StaticCache) -> Tensor:
-    """Log-probabilities `(rows, vocab)` of the token after `token` `(rows, 1)`, which
-    stands at position `t` (a long tensor `(1,)`); writes position t of `cache`. Shapes
+    """Log-probabilities `(rows, vocab)` of the token after each of `token`
+    `(sentences, beams)` (rows = sentences × beams, a sentence's beams together), which
+    stand at position `t` (a long tensor `(1,)`); writes position t of `cache`. Shapes
     change only when the cache grows or loses rows: with fixed shapes, one compiled
     graph serves every step."""
-    x = model.tgt_embed(token)                                # (rows, 1, d_model)
+    x = model.tgt_embed(token)                                # (B, K, d_model)
     x = model.tgt_pos.dropout(x + _position(model.tgt_pos, t).to(x.dtype))
     L = cache.self_k[0].size(2)
     seen = (torch.arange(L, device=t.device) <= t).view(1, 1, 1, L)   # keys 0..t
@@ -105,7 +114,7 @@ def static_step(model: Transformer, token: Tensor, t: Tensor,
         x = layer.sublayers[2](x, layer.feed_forward)
     if model.decoder.norm is not None:                      # Pre-LN's last LayerNorm
         x = model.decoder.norm(x)
-    return model.generator(x)[:, 0]
+    return model.generator(x).flatten(0, 1)
 
 # %% ../nbs/07b_static.ipynb #64a42333
 def _last(tokens: Tensor) -> Tensor:
@@ -151,18 +160,17 @@ def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: i
                   n_best: int, max_len_a: float, max_len_b: int, bos_id: int,
                   fixed: bool) -> tuple:
     """The request checked, the sources encoded (`prepare_decoding`), each one's length
-    limit, a `StaticCache` of `batch × K` rows holding their keys and values (`fixed`:
-    the full length limit), the search's first state (§6.1): tokens, one live beam of K
-    alike, nothing finished; and its results so far (none)."""
+    limit, a `StaticCache` of `batch` sentences × K beams holding their keys and values
+    (`fixed`: the full length limit), the search's first state (§6.1): tokens, one
+    live beam of K alike, nothing finished; and its results so far (none)."""
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best must lie in 1..beam_size={K}, got {n_best}")
     memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
                                                max_len_b)
     B, dev, steps = src.size(0), src.device, int(limit.max())
-    cache = StaticCache(model, B * K, bucket(steps if fixed else 1),
-                        bucket(memory.size(1)))
-    cache.fill_source(model, memory.repeat_interleave(K, dim=0),
-                      src_mask.repeat_interleave(K, dim=0))
+    cache = StaticCache(model, B, bucket(steps if fixed else 1), bucket(memory.size(1)),
+                        beams=K)
+    cache.fill_source(model, memory, src_mask)
     tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
     live = torch.full((B, K), -math.inf, device=dev)
     live[:, 0] = 0.0                                         # one beam of K alike
@@ -192,11 +200,9 @@ def _go_on(cache: StaticCache, s: int, keep: Tensor, rows: Tensor,
     _take_rows(cache.self_v, rows.view(-1), s)
     if len(keep) == len(per_sentence[0]):                # the same sentences go on
         return per_sentence
-    K = rows.size(1)
-    sentence_rows = (keep[:, None] * K + torch.arange(K, device=keep.device)).view(-1)
     masks = [cache.src_mask]
     for bufs in (cache.cross_k, cache.cross_v, masks):
-        _take_rows(bufs, sentence_rows)
+        _take_rows(bufs, keep)
     cache.src_mask = masks[0]
     return tuple(t[keep] for t in per_sentence)
 
@@ -220,7 +226,8 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
         searching = torch.ones_like(sent, dtype=torch.bool)
         for s in range(1, int(limit.max()) + 1):
             cache.grow(s)                                    # positions 0..s-1
-            logp = step(model, _last(tokens), sent.new_tensor([s - 1]), cache)
+            last = _last(tokens).view(-1, K)                 # (sentences, K)
+            logp = step(model, last, sent.new_tensor([s - 1]), cache)
             logp = forbid_tokens(logp, s, pad, bos_id, eos_id, min_len)
             top, beam, tok, ended = beam_candidates(live, logp, s, limit, eos_id, alpha)
             fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,

@@ -12,19 +12,17 @@ import torch
 from annotated_transformer import compiled, engines
 from annotated_transformer.engines import AotStep, aot_package
 from annotated_transformer.decoding import greedy_decode
-from annotated_transformer.static import StaticCache, static_greedy_decode, static_step
+from annotated_transformer.static import static_greedy_decode
 from test_static_decoding import padded_sources, small_model
 
 
 def eager_run(model, inputs):
-    "What a package's `run` gives for its flat inputs: the eager step's log-probs."
+    """What a package's `run` gives for its flat inputs: the log-probs of the module it
+    exports, run eagerly."""
     token, t, *buffers, src_mask = inputs
     n = len(buffers) // 4
-    cache = StaticCache.__new__(StaticCache)
-    cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
-        buffers[i * n:(i + 1) * n] for i in range(4))
-    cache.src_mask = src_mask
-    return static_step(model, token, t, cache)
+    return engines._StepModule(model)(token, t, *(buffers[i * n:(i + 1) * n]
+                                                  for i in range(4)), src_mask)
 
 
 class StandIn:

@@ -93,7 +93,8 @@ def test_buffers_are_allocated_once_with_the_bucketed_shapes():
 
 
 class ShapesStep:
-    "`static_step`, noting each call's (rows, self-attention length, source rows)."
+    """`static_step`, noting each call's (rows, self-attention length, source rows, mask
+    rows); its tokens are (sentences, beams)."""
     def __init__(self, fixed_shapes=None):
         self.seen = []
         if fixed_shapes is not None:
@@ -102,6 +103,7 @@ class ShapesStep:
     def __call__(self, model, token, t, cache):
         k = cache.self_k[0]
         assert k.is_contiguous() and cache.cross_k[0].is_contiguous()
+        assert token.numel() == k.size(0) and token.size(0) == cache.cross_k[0].size(0)
         self.seen.append((k.size(0), k.size(2), cache.cross_k[0].size(0),
                           cache.src_mask.size(0)))
         return static_step(model, token, t, cache)
@@ -115,9 +117,10 @@ def test_buffers_grow_and_finished_sentences_leave_unless_the_step_fixes_shapes(
     beams, _ = static_beam_search(model, src, max_len_b=24, step=step)
     assert torch.equal(beams, beam_search(model, src, max_len_b=24)[0])
     rows, lengths, source_rows, mask_rows = zip(*step.seen)
-    assert rows == source_rows == mask_rows and rows[0] == 5 * 4
+    assert source_rows == mask_rows and rows[0] == 5 * 4     # a row per beam,
+    assert rows == tuple(4 * r for r in source_rows)    # the source once per sentence
     if declared:
-        assert set(step.seen) == {(20, 64, 20, 20)}     # bucket(12 + 24) positions
+        assert set(step.seen) == {(20, 64, 5, 5)}       # bucket(12 + 24) positions
         return
     assert lengths == tuple(bucket(t + 1) for t in range(len(lengths)))
     assert list(rows) == sorted(rows, reverse=True) and rows[-1] < rows[0]
@@ -229,7 +232,7 @@ def test_a_later_shape_that_fails_to_compile_goes_eager_other_errors_surface(
 
     def compiles_one_shape(fn, **kw):
         def run(model, token, t, cache):
-            if token.size(0) != 3:                   # beam search's 12 rows: fails
+            if token.numel() != 3:                   # beam search's 12 rows: fails
                 raise BackendCompilerFailed(fn, RuntimeError("no kernel for that shape"),
                                             None)
             return fn(model, token, t, cache)
