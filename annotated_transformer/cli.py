@@ -72,11 +72,11 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="auto: bf16 autocast where the device computes bf16 natively, "
                         "else fp32; fp16: CUDA only; int8: 8-bit weights, on the CPU "
                         "(default: auto)")
-    g.add_argument("--engine", choices=ENGINES, default="eager",
-                   help="eager: one operation at a time; compiled: a static-shape step "
-                        "compiled by torch.compile, seconds to start; aot: that step "
-                        "compiled ahead of time, built once per model (fp32, CPU; "
-                        "parts 9d, 9e) (default: eager)")
+    g.add_argument("--engine", choices=ENGINES, default="auto",
+                   help="auto: aot where built before for batch × beam rows, else "
+                        "eager (default); eager: op by op; compiled: the static-shape "
+                        "step by torch.compile, seconds to start; aot: that step "
+                        "compiled ahead of time, built once per model (fp32, CPU)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 
@@ -214,39 +214,39 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     hypotheses = translate_lines(translator, sources, progress=sys.stderr.isatty(),
                                  **options)
     seconds = time.perf_counter() - start
+    device = next(translator.model.parameters()).device
     step = decoding_step(options["engine"], precision=options["precision"],
-                         device=next(translator.model.parameters()).device)
+                         device=device)
     if step is not None and step.failed is not None:    # part 9e: decoded eagerly
         options = {**options, "fallback": step.why}
     if a.output:
         write_lines(a.output, hypotheses)
     score, signature = corpus_bleu(hypotheses, references)
     if a.json:
-        device = str(next(translator.model.parameters()).device)
         print(json.dumps({"score": score.score, "signature": signature,
                           "lines": len(sources), "seconds": round(seconds, 3),
-                          "model": a.model_dir, **options, "device": device}))
+                          "model": a.model_dir, **options, "device": str(device)}))
     else:
         print(score)
         print(signature)
     return 0
 
 # %% ../nbs/09f_cli.ipynb #8f28a12a
-def _precision(asked: str, translator: Translator, engine: str) -> tuple[str, str]:
-    """The concrete precision and engine on the model's device: the precision said once
-    on stderr if chosen, and why the compiled engine cannot run, if it cannot."""
+def _precision(a, translator: Translator) -> tuple[str, str]:
+    """The precision and engine to decode with, for steps of up to batch × beam rows;
+    the precision said on stderr if chosen, and why a compiled engine cannot run."""
     device = next(translator.model.parameters()).device
-    precision, why = decoding_precision(asked, device, engine=engine)
-    if asked == "auto":
+    precision, why = decoding_precision(a.precision, device, engine=a.engine)
+    if a.precision == "auto":
         say(why)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         warn_if_emulated(precision, device)
-        engine = engine if decoding_step(engine, precision=precision,
-                                         device=device) else "eager"
+        step = decoding_step(a.engine, precision=precision, device=device,
+                             model=translator.model, rows=a.batch_size * a.beam_size)
     for w in caught:
         say(f"warning: {w.message}")
-    return precision, engine
+    return precision, ("aot" if a.engine == "auto" else a.engine) if step else "eager"
 
 # %% ../nbs/09f_cli.ipynb #0462a0d5
 def _run(a) -> int:
@@ -260,7 +260,7 @@ def _run(a) -> int:
         return _train(a)
     device = a.device or ("cpu" if a.precision == "int8" else None)   # int8: CPU only
     translator = Translator.from_pretrained(a.model_dir, device=device)
-    precision, engine = _precision(a.precision, translator, a.engine)
+    precision, engine = _precision(a, translator)
     options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
                    precision=precision, engine=engine)
     run = _translate if a.command == "translate" else _evaluate

@@ -23,7 +23,8 @@ from torch import Tensor
 from .utils import caller_stacklevel
 from .checkpoints import load_weights, model_tensors
 from .model import Transformer, TransformerConfig, make_model
-from .quantization import column_major, weights_stamp
+from .quantization import (column_major, instrumented,
+                                                weights_stamp)
 from .static import (StaticCache, static_beam_search,
                                           static_greedy_decode, static_step)
 from .compiled import (DIFFERENT_TOKENS, TRIAL_TIMEOUT, decide,
@@ -93,9 +94,8 @@ _INDUCTOR = {             # Inductor's settings per kind, tried in turn until on
 
 
 def _load_package(path) -> "torch._C._aoti.AOTIModelPackageLoader":
-    """A package's compiled step, by PyTorch's C++ loader (a private interface; the
-    public `torch._inductor.aoti_load_package` imports Inductor): its model "model",
-    one runner, on the CPU (device index -1)."""
+    """A package's compiled step, by PyTorch's C++ loader (private; the public loader
+    imports Inductor): its model "model", one runner, on the CPU (device index -1)."""
     return torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
 
 # %% ../nbs/07e_aot.ipynb #5ac03f8d
@@ -142,14 +142,13 @@ def _build(weights: str, package: str, kind: str) -> None:
 # %% ../nbs/07e_aot.ipynb #7baf2866
 def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
     """Where `model`'s package of `kind` ("few" or "many" rows) is kept in `folder`:
-    named by what it holds, this library's version and the code of the step and of
-    its build, the model's config and weights."""
-    version = sys.modules["annotated_transformer"].__version__    # its __init__.py's
-    digest = hashlib.sha256(json.dumps([version, asdict(model.config)]).encode())
-    for fn in (static_step, make_model, column_major, _StepModule):   # their modules
-        file = getattr(sys.modules[fn.__module__], "__file__", None)  # notebook: none
-        if file:
-            digest.update(Path(file).read_bytes())
+    named by what it holds, this library's version and the code of all its modules,
+    the model's config and weights."""
+    library = sys.modules["annotated_transformer"]          # installed, not a notebook
+    digest = hashlib.sha256(json.dumps([library.__version__,
+                                        asdict(model.config)]).encode())
+    for file in sorted(Path(library.__file__).parent.glob("*.py")):
+        digest.update(file.read_bytes())
     for name, t in model_tensors(model).items():
         digest.update(f"{name} {tuple(t.shape)}".encode())
         digest.update(t.detach().float().contiguous().cpu().numpy().tobytes())
@@ -157,8 +156,7 @@ def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
 
 
 def _build_package(model: Transformer, package: Path, kind: str) -> None:
-    """Build `package` of `kind` for `model` in a child process, or raise an error
-    saying why not."""
+    "Build `package` of `kind` for `model` in a child process, or raise saying why not."
     def run() -> dict:
         print(f"building the decoding step for {kind} rows ahead of time, once for "
               f"this model (up to a minute): {package}", file=sys.stderr)
@@ -250,6 +248,20 @@ class AotStep:
         return (static_step(model, token, t, cache) if runs[kind] is None
                 else runs[kind](_step_inputs(token, t, cache))[0])
 
+# %% ../nbs/07e_aot.ipynb #43be3606
+_PACKAGES = weakref.WeakKeyDictionary()     # model -> (weights stamp, folder, files)
+
+
+def _kept(model: Transformer, folder: Path, rows: int) -> bool:
+    "Whether `model`'s packages for steps of up to `rows` rows are kept in `folder`."
+    if _PACKAGES.get(model, (None,))[:2] != (stamp := weights_stamp(model), folder):
+        _PACKAGES[model] = (stamp, folder, {})
+    kinds, files = ("few", "many") if rows > FEW_ROWS else ("few",), _PACKAGES[model][2]
+    for kind in kinds:
+        if kind not in files:
+            files[kind] = aot_package(model, folder, kind)     # the digest: once
+    return all(files[kind].exists() for kind in kinds)
+
 # %% ../nbs/07e_aot.ipynb #b810aa31
 _AOT: dict = {}
 
@@ -262,18 +274,21 @@ def aot_step(*, cache_dir=None) -> AotStep:
     return _AOT[folder]
 
 
-ENGINES = ("eager", "compiled", "aot")
+ENGINES = ("auto", "eager", "compiled", "aot")
 
 
-def decoding_step(engine: str, *, precision: str, device):
+def decoding_step(engine: str, *, precision: str, device, model=None, rows: int = 1):
     """The step a translator decodes with: None (chapter 9's decoder) for "eager";
-    `compiled_step()` for "compiled", `aot_step()` for "aot", in fp32 on the CPU;
-    elsewhere a warning and None."""
+    `compiled_step()`, `aot_step()` for "compiled", "aot", in fp32 on the CPU (else a
+    warning, None); "auto": `aot_step()` where `_kept` finds the packages, else None."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    if engine == "eager":
+    cpu32 = precision == "fp32" and torch.device(device).type == "cpu"
+    if engine == "auto" and cpu32 and model is not None and not instrumented(model):
+        return aot_step() if _kept(model, aot_step().folder, rows) else None
+    if engine in ("eager", "auto"):    # "auto": also where hooks must run (chapter 13)
         return None
-    if precision != "fp32" or torch.device(device).type != "cpu":
+    if not cpu32:
         warnings.warn(f"the {engine} engine decodes fp32 on the CPU; {precision} on "
                       f"{device} decodes eagerly", RuntimeWarning,
                       stacklevel=caller_stacklevel())

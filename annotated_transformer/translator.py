@@ -171,7 +171,7 @@ def decoding_precision(asked: str, device, *,
                        engine: str = "eager") -> tuple[str, str]:
     "The concrete precision to decode in on `device` for `asked` and `engine`, and why."
     check_precision(asked, TRANSLATE_PRECISIONS)
-    if asked == "auto" and engine != "eager" and device.type == "cpu":
+    if asked == "auto" and engine in ("compiled", "aot") and device.type == "cpu":
         return "fp32", f"precision fp32, the {engine} engine's"
     if asked != "int8":
         return resolve_precision(asked, device)
@@ -247,31 +247,31 @@ class Translator(_Pretrained):
         self.model, self.sp = model, sp
         self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
         self.directory = None        # the model directory from_pretrained read
-        self._converted = {}         # (precision, device) -> the model converted once
-        self._said = set()           # devices where the choice of "auto" was said
+        self._converted, self._said = {}, set()    # models converted; devices told
 
     def translate(self, sentences, *, beam_size: int = BEAM_SIZE,
                   alpha: float = LENGTH_ALPHA, batch_size: int = BATCH_SIZE,
                   device=None, precision: str = "auto", max_len_b: int = MAX_LEN_B,
-                  engine: str = "eager", progress: bool = False) -> list[str] | str:
-        """Translate a list of strings (or one string) by beam search (§6.1), in
-        batches of `batch_size` sentences sorted by length; `precision`: "auto" (bf16
-        where `device` computes it natively, else fp32), fp32 or bf16 as named, or
-        "int8" (CPU, the default `device` then); `engine`: "eager", "compiled" or
-        "aot" (part 9e, fp32, CPU); `progress`: a bar on stderr."""
+                  engine: str = "auto", progress: bool = False) -> list[str] | str:
+        """Translate a list of strings (or one string) by beam search (§6.1), in batches
+        of `batch_size` sentences sorted by length; `precision`: "auto" (bf16 where
+        `device` computes it natively, else fp32), fp32, bf16, or "int8" (CPU, the
+        default `device` then); `engine`: "auto" (part 9e's packages where kept, else
+        eager), "eager", "compiled" or "aot" (fp32, CPU); `progress`: bar on stderr."""
         one = isinstance(sentences, str)
+        sentences = [sentences] if one else list(sentences)
         device = torch.device(device if device else "cpu" if precision == "int8"
                               else next(self.model.parameters()).device)
         precision = _decoding_precision(precision, device, self._said, progress, engine)
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-        step = decoding_step(engine, precision=precision, device=device)
         model = decoding_model(self.model, precision, device, self._converted)
+        step = decoding_step(engine, precision=precision, device=device, model=model,
+                             rows=min(batch_size, len(sentences)) * beam_size)
         search = lambda rows: _search(model, rows, precision, device, beam_size, alpha,
                                       max_len_b, step)
-        # no autograd bookkeeping; the model was converted outside, so it still trains
-        with eval_mode(model), torch.inference_mode():
-            out = translate_batched(self.sp, [sentences] if one else sentences, search,
+        with eval_mode(model), torch.inference_mode():   # self.model keeps its mode
+            out = translate_batched(self.sp, sentences, search,
                                     max_len=model.config.max_len, max_len_b=max_len_b,
                                     batch_size=batch_size, progress=progress)
         return out[0] if one else out

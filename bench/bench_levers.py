@@ -29,13 +29,13 @@ precision = sys.argv[7]
 torch.set_num_threads(threads)
 t = Translator.from_pretrained(sys.argv[5], device="cpu")
 src = open(sys.argv[6]).read().splitlines()
-t.translate(src[:4], beam_size=4, precision=precision)
-t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision=precision)
+t.translate(src[:4], beam_size=4, precision=precision, engine="eager")
+t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision=precision, engine="eager")
 out = {"bulk_s": time.perf_counter() - t0, "bulk": bulk}
 for k in (1, 4):
     times = []
     for s in src[:n_alone]:
-        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision=precision)
+        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision=precision, engine="eager")
         times.append(time.perf_counter() - t0)
     out[f"alone_{k}_ms"] = 1e3 * median(times)
 print(json.dumps(out))

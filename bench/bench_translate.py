@@ -138,7 +138,7 @@ def decode_flops(model_dir: str, sentences: list, beam: int, one_by_one: bool) -
     ours = Translator.from_pretrained(model_dir, device="cpu")
     with FlopCounterMode(display=False) as counter:
         for batch in ([[s] for s in sentences] if one_by_one else [sentences]):
-            ours.translate(batch, beam_size=beam, precision="fp32")
+            ours.translate(batch, beam_size=beam, precision="fp32", engine="eager")
     return counter.get_total_flops()
 
 

@@ -117,3 +117,14 @@ def sp():
     from annotated_transformer.data import load_tokenizer
     return load_tokenizer(Path(__file__).resolve().parents[1] / "models" / "multi30k_en_de"
                           / "tokenizer.model")
+
+
+@pytest.fixture(autouse=True)
+def _packages_of_the_tests_only(tmp_path_factory, monkeypatch):
+    """Part 9e's packages in a folder of the session's unless a test names one: packages
+    that earlier runs kept in the user's cache never choose the default engine ("auto")."""
+    from annotated_transformer import compiled, engines
+    from annotated_transformer.utils import CACHE_ENV
+    folder, real = tmp_path_factory.getbasetemp() / "cache", compiled.compile_dir
+    monkeypatch.setattr(engines, "compile_dir", lambda cache_dir=None: real(
+        cache_dir or os.environ.get(CACHE_ENV) or folder))

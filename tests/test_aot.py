@@ -158,7 +158,7 @@ def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
     sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
     for k in (1, 3):
-        eager = tr.translate(sentences, beam_size=k, precision="fp32")
+        eager = tr.translate(sentences, beam_size=k, precision="fp32", engine="eager")
         assert tr.translate(sentences, beam_size=k, engine="aot") == eager
     assert len(package.built) == 1 and package.calls
     assert engines.aot_step().failed is None
@@ -166,6 +166,41 @@ def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
         "fp32", "precision fp32, the aot engine's")
     with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 on the CPU"):
         tr.translate(sentences, engine="aot", precision="int8")
+
+
+def test_the_default_engine_runs_kept_packages_and_builds_nothing(tmp_path, monkeypatch):
+    """engine="auto" (the default) decodes eagerly until an "aot" translation has built
+    the packages its steps need, then through them; it never builds one itself."""
+    from small_models import SHIPPED, small_translator
+    from annotated_transformer.data import load_tokenizer
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engines, "_AOT", {})
+    package = StandIn(monkeypatch)
+    tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
+    sentences = ["A dog runs.", "Two men are playing chess in a park by the river."]
+    eager = tr.translate(sentences, beam_size=2, precision="fp32", engine="eager")
+    fp32 = dict(precision="fp32")            # "auto" would be bf16 where it is native
+    assert tr.translate(sentences, beam_size=2, **fp32) == eager   # nothing kept
+    assert package.built == [] and package.calls == 0
+    greedy = tr.translate(sentences[:1], beam_size=1, engine="eager", **fp32)
+    assert tr.translate(sentences[:1], beam_size=1, engine="aot") == greedy
+    assert [p.stem.rsplit("-", 1)[1] for p in package.built] == ["few"]
+    calls = package.calls
+    assert tr.translate(sentences, beam_size=2, **fp32) == eager   # 4 rows: "few" kept
+    assert package.calls > calls and len(package.built) == 1
+    calls = package.calls                    # 2 sentences x 20 beams: "many" not kept
+    assert tr.translate(sentences, beam_size=20, **fp32) == tr.translate(
+        sentences, beam_size=20, engine="eager", **fp32)
+    assert package.calls == calls and len(package.built) == 1
+    assert tr.translate(sentences, beam_size=2, precision="int8") == tr.translate(
+        sentences, beam_size=2, precision="int8", engine="eager")   # not fp32: eager
+    assert package.calls == calls
+    handle = tr.model.encoder.register_forward_hook(lambda *a: None)   # chapter 13's kind
+    try:                                     # a model with hooks decodes eagerly
+        assert tr.translate(sentences, beam_size=2, **fp32) == eager
+    finally:
+        handle.remove()
+    assert package.calls == calls
 
 
 def test_another_version_or_setup_names_another_package(tmp_path, monkeypatch):
