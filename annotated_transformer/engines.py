@@ -254,6 +254,8 @@ _PACKAGES = weakref.WeakKeyDictionary()     # model -> (weights stamp, folder, f
 
 def _kept(model: Transformer, folder: Path, rows: int) -> bool:
     "Whether `model`'s packages for steps of up to `rows` rows are kept in `folder`."
+    if not any(folder.glob("aot-*-few.pt2")):        # none for any model: no digest
+        return False
     if _PACKAGES.get(model, (None,))[:2] != (stamp := weights_stamp(model), folder):
         _PACKAGES[model] = (stamp, folder, {})
     kinds, files = ("few", "many") if rows > FEW_ROWS else ("few",), _PACKAGES[model][2]
