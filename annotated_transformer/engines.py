@@ -210,9 +210,9 @@ def _package_run(model: Transformer, folder: Path, kind: str):
 class AotStep:
     """`static_step` compiled ahead of time: per model, a package for steps of at most
     `FEW_ROWS` rows and one for more (`aot_package`), each built in a child process when
-    first needed, kept in `folder` (`compile_dir`), run by PyTorch's C++ loader; without
-    it, `static_step` after one warning a package (`failed`, `why`: the first failure of
-    the last model met, or None, ""). New weights in place get new packages (11b)."""
+    first needed, kept in `folder` (`compile_dir`), run by PyTorch's C++ loader. With no
+    package to be had: `static_step`, one warning per package (`failed`, `why`: the last
+    model's first failure, or None, ""). New weights in place get new packages (11b)."""
 
     def __init__(self, *, cache_dir=None):
         self.folder, self.failed, self.why = compile_dir(cache_dir), None, ""
