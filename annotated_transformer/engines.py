@@ -287,7 +287,8 @@ def decoding_step(engine: str, *, precision: str, device, model=None, rows: int 
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     cpu32 = precision == "fp32" and torch.device(device).type == "cpu"
     if engine == "auto" and cpu32 and model is not None and not instrumented(model):
-        return aot_step() if _kept(model, aot_step().folder, rows) else None
+        step = aot_step()                        # looked up once: every translation
+        return step if _kept(model, step.folder, rows) else None
     if engine in ("eager", "auto"):    # "auto": also where hooks must run (chapter 13)
         return None
     if not cpu32:
