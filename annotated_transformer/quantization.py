@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
+from .utils import every_module
 from .multihead import MultiHeadAttention
 from .model import Generator, Transformer
 
@@ -123,7 +124,13 @@ def weights_stamp(model: Transformer) -> list:
     """Where each parameter's and buffer's numbers live and how often they were changed
     in place (an optimiser step, `load_state_dict`); updates through `.data`, and
     inference tensors (made under `torch.inference_mode`), keep no count."""
-    return _stamp([*model.parameters(), *model.buffers()])
+    return _stamp(_tensors(model))
+
+
+def _tensors(model: Transformer) -> list:
+    "Each module's parameters and buffers (a tied one more than once): a fast walk."
+    return [t for m in every_module(model) for held in (m._parameters, m._buffers)
+            for t in held.values() if t is not None]
 
 
 def _stamp(tensors: list) -> list:
@@ -133,21 +140,21 @@ def _stamp(tensors: list) -> list:
 def instrumented(model: Transformer) -> bool:
     "Whether a hook or `keep_weights` is set on a module (a copy would not carry it)."
     return any(m._forward_hooks or m._forward_pre_hooks or vars(m).get("keep_weights")
-               for m in model.modules())     # vars: no slow miss through __getattr__
+               for m in every_module(model))   # vars: no slow miss via __getattr__
 
-
+# %% ../nbs/09bb_translator_details.ipynb #bb1282e3
 def decoding_model(model: Transformer, precision: str, device,
                    kept: dict) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
     for fp32 on the CPU its column-major copy (chapter 9a) unless `instrumented`;
     otherwise `model` itself, or a copy on `device` if it is elsewhere. A copy is made
     at the first use and kept in `kept` until `weights_stamp` moves."""
-    tensors = [*model.parameters(), *model.buffers()]      # walked once: every call
+    tensors = _tensors(model)                             # walked once: every call
     elsewhere = any(t.device != device for t in tensors)
     hooked = instrumented(model)
     if elsewhere and hooked:           # its hooks must run on the model itself
         model, elsewhere = model.to(device), False
-        tensors = [*model.parameters(), *model.buffers()]   # moved buffers are new
+        tensors = _tensors(model)                         # moved buffers are new
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
     if precision == "fp32" and device.type == "cpu" and not hooked:
         convert = column_major
