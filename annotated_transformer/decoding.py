@@ -124,10 +124,11 @@ def beam_search(model: nn.Module, src: Tensor, *, beam_size: int = BEAM_SIZE,
 
 # %% ../nbs/07c_decoding_details.ipynb #e1f50da6
 def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
-                     max_len_a: float,
-                     max_len_b: int) -> tuple[Tensor, Tensor, Tensor]:
+                     max_len_a: float, max_len_b: int, *,
+                     encode=None) -> tuple[Tensor, Tensor, Tensor]:
     """Check the request and encode the source once: memory, mask, each sentence's
-    limit. A building block of the searches of chapter 9 and part 9b (`static`)."""
+    limit. A building block of the searches of chapter 9 and part 9b (`static`);
+    `encode(src, src_mask)`, if given, encodes instead of `model.encode` (part 9e)."""
     table, pad = model.config.max_len, model.config.pad_id
     if src.dim() != 2:
         raise ValueError(f"src must be token ids of shape (batch, src_len), "
@@ -148,7 +149,9 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
                          f"({max_len_a} * {n} + {max_len_b}) needs as many target "
                          f"positions, but the model's positional table has "
                          f"max_len={table}: lower max_len_a or max_len_b")
-    return model.encode(src, src_mask=src_mask), src_mask, limit
+    memory = (model.encode(src, src_mask=src_mask) if encode is None
+              else encode(src, src_mask))
+    return memory, src_mask, limit
 
 # %% ../nbs/07c_decoding_details.ipynb #538ce758
 def forbid_tokens(logp: Tensor, step: int, pad_id: int, bos_id: int, eos_id: int,

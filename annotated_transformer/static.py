@@ -122,13 +122,20 @@ def _last(tokens: Tensor) -> Tensor:
     return tokens[:, -1:].clone(memory_format=torch.contiguous_format)
 
 
+def _encoder(model: Transformer, step, beams: int):
+    """The source's encoder for a decode by `step` with `beams` beams a sentence:
+    the step's own `encode` if it has one (part 9f's does), else None (the model's)."""
+    own = getattr(step, "encode", None)
+    return None if own is None else lambda src, mask: own(model, src, mask, beams=beams)
+
+
 def _fixed(step, fixed_shapes: bool | None) -> bool:
     "`fixed_shapes` if given, else whether `step` asks for them (part 9d's does)."
     if fixed_shapes is None:
         return getattr(step, "fixed_shapes", False)
     return fixed_shapes
 
-
+# %% ../nbs/07b_static.ipynb #44d19343
 @torch.no_grad()
 def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_ID,
                          eos_id: int = EOS_ID, max_len_a: float = MAX_LEN_A,
@@ -139,10 +146,10 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
     same ids `(batch, steps)` and summed log-probabilities `(batch,)`, one `step` call
     per token. `fixed_shapes`: self-attention buffers of the full length limit from
     the start (None: the step's attribute `fixed_shapes`, part 9d, else False: of 16
-    positions, doubled when full)."""
+    positions, doubled when full). A step with an `encode` method encodes the source."""
     with eval_mode(model):
-        memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
-                                                   max_len_b)
+        memory, src_mask, limit = prepare_decoding(
+            model, src, src_mask, max_len_a, max_len_b, encode=_encoder(model, step, 1))
         length = int(limit.max()) if _fixed(step, fixed_shapes) else 1
         cache = StaticCache(model, src.size(0), bucket(length), bucket(src.size(1)))
         cache.fill_source(model, memory, src_mask)
@@ -158,15 +165,16 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
 # %% ../nbs/07b_static.ipynb #2857865f
 def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: int,
                   n_best: int, max_len_a: float, max_len_b: int, bos_id: int,
-                  fixed: bool) -> tuple:
-    """The request checked, the sources encoded (`prepare_decoding`), each one's length
-    limit, a `StaticCache` of `batch` sentences × K beams holding their keys and values
-    (`fixed`: the full length limit), the search's first state (§6.1): tokens, one
-    live beam of K alike, nothing finished; and its results so far (none)."""
+                  fixed: bool, step) -> tuple:
+    """The request checked, the sources encoded (`prepare_decoding`; by `step`'s
+    encoder if it has one), each one's length limit, a `StaticCache` of `batch`
+    sentences × K beams holding their keys and values (`fixed`: the full length
+    limit), the search's first state (§6.1): tokens, one live beam of K alike, nothing
+    finished; and its results so far (none)."""
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best must lie in 1..beam_size={K}, got {n_best}")
-    memory, src_mask, limit = prepare_decoding(model, src, src_mask, max_len_a,
-                                               max_len_b)
+    memory, src_mask, limit = prepare_decoding(
+        model, src, src_mask, max_len_a, max_len_b, encode=_encoder(model, step, K))
     B, dev, steps = src.size(0), src.device, int(limit.max())
     cache = StaticCache(model, B, bucket(steps if fixed else 1), bucket(memory.size(1)),
                         beams=K)
@@ -221,7 +229,7 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
     with eval_mode(model):
         (limit, cache, tokens, live, fin_scores, fin_tokens, out_scores,
          out_tokens) = _static_beams(model, src, src_mask, K, n_best, max_len_a,
-                                     max_len_b, bos_id, fixed)
+                                     max_len_b, bos_id, fixed, step)
         sent = torch.arange(src.size(0), device=src.device)     # the input's sentences
         searching = torch.ones_like(sent, dtype=torch.bool)
         for s in range(1, int(limit.max()) + 1):

@@ -1,4 +1,4 @@
-"""Part 9e's results file: the decoding step before and after compiling, the first call's
+"""Part 9f's results file: the decoding step before and after compiling, the first call's
 cost, and the compiled engines' translations of the whole test set against the eager ones.
 
 On the shipped model (chapter 11), in float32 with the weights as the Translator decodes them
@@ -22,8 +22,9 @@ on a CPU (`decoding_model`, chapter 9a):
     BLEU and the number of lines identical to the eager ones (one process: these times
     are not a benchmark);
   - rows: a step of each of the model's two packages ("few" and "many" rows) at 1 to 256
-    rows, in one process, the packages taking turns.
-Writes bench/results/static_step.json, which part 9e loads.
+    rows, in one process, the packages taking turns; then the encoder, eager and each
+    package's, for one sentence and for a batch of BATCH_SIZE test sentences.
+Writes bench/results/static_step.json, which part 9f loads.
 
     python bench/static_results.py --threads 2
 """
@@ -165,28 +166,49 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def rows_worker(_, a) -> dict:
     """A step of each of the model's two packages at each number of rows in ROWS (buffers
     of 32 output and 32 source positions), the packages taking turns call by call:
-    milliseconds, the median of --repeats calls."""
+    milliseconds, the median of --repeats calls. Then the encoder, eager and each
+    package's, taking turns, for SENTENCE alone and for the first BATCH_SIZE test
+    sentences padded into one batch."""
     from annotated_transformer.compiled import compile_dir
-    from annotated_transformer.engines import FEW_ROWS, _package_run, _step_inputs
+    from annotated_transformer.decoding import padding_mask
+    from annotated_transformer.engines import _package_run
+    from annotated_transformer.packages import FEW_ROWS, step_inputs
     from annotated_transformer.quantization import decoding_model
     from annotated_transformer.static import StaticCache
+    from annotated_transformer.translator import BATCH_SIZE, encode_sources
     tr = _translator(a)
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
     runs = {kind: _package_run(model, compile_dir(), kind) for kind in ("few", "many")}
+
+    def turns(calls: dict) -> dict:            # name -> median ms, calls taking turns
+        times = {name: [] for name in calls}
+        for _ in range(a.repeats):
+            for name, call in calls.items():
+                t0 = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - t0)
+        return {name: 1e3 * statistics.median(t) for name, t in times.items()}
     ms = {kind: [] for kind in runs}
     with torch.inference_mode():
         for r in ROWS:
             cache = StaticCache(model, r, 32, 32)
-            inputs = _step_inputs(torch.full((r, 1), 5), torch.tensor([3]), cache)
-            times = {kind: [] for kind in runs}
-            for _ in range(a.repeats):
-                for kind, run in runs.items():
-                    t0 = time.perf_counter()
-                    run(inputs)
-                    times[kind].append(time.perf_counter() - t0)
-            for kind in runs:
-                ms[kind].append(1e3 * statistics.median(times[kind]))
-    return {"rows": list(ROWS), "ms_per_step": ms, "few_rows": FEW_ROWS}
+            inputs = step_inputs(torch.full((r, 1), 5), torch.tensor([3]), cache)
+            for kind, t in turns({k: (lambda run=run: run[0](inputs))
+                                  for k, run in runs.items()}).items():
+                ms[kind].append(t)
+        lines = Path(a.data, "test_2016_flickr.en").read_text().splitlines()
+        encoder = {"sentences": [1, BATCH_SIZE], "ms": {}}
+        for batch in ([SENTENCE], lines[:BATCH_SIZE]):
+            ids = encode_sources(tr.sp, batch, max_len=model.config.max_len, max_len_b=50)
+            src = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i in ids],
+                                                  batch_first=True)
+            mask = padding_mask(src, model.config.pad_id)
+            calls = {"eager": lambda: model.encode(src, src_mask=mask),
+                     **{k: (lambda run=run: run[1]([src, mask])) for k, run in runs.items()}}
+            for name, t in turns(calls).items():
+                encoder["ms"].setdefault(name, []).append(t)
+    return {"rows": list(ROWS), "ms_per_step": ms, "few_rows": FEW_ROWS,
+            "encoder": encoder}
 
 
 WORKERS = {"step": step_worker, "first": first_worker, "same": same_worker,

@@ -9,10 +9,11 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import compiled, engines
-from annotated_transformer.engines import AotStep, aot_package
-from annotated_transformer.decoding import greedy_decode
-from annotated_transformer.static import static_greedy_decode
+from annotated_transformer import compiled, engines, packages
+from annotated_transformer.engines import AotStep
+from annotated_transformer.packages import aot_package
+from annotated_transformer.decoding import beam_search, greedy_decode
+from annotated_transformer.static import static_beam_search, static_greedy_decode
 from test_static_decoding import padded_sources, small_model
 
 
@@ -21,19 +22,19 @@ def eager_run(model, inputs):
     exports, run eagerly."""
     token, t, *buffers, src_mask = inputs
     n = len(buffers) // 4
-    return engines._StepModule(model)(token, t, *(buffers[i * n:(i + 1) * n]
+    return packages._StepModule(model)(token, t, *(buffers[i * n:(i + 1) * n]
                                                   for i in range(4)), src_mask)
 
 
 class StandIn:
-    """`_build_package` and `_load_package` replaced: a build writes the model's name into
+    """`build_package` and `load_package` replaced: a build writes the model's name into
     the package file; loading gives a `run` that decodes by the eager step, and fails on a
     file it did not write."""
 
     def __init__(self, monkeypatch):
-        self.models, self.built, self.calls, self.ran = {}, [], 0, []
-        monkeypatch.setattr(engines, "_build_package", self.build)
-        monkeypatch.setattr(engines, "_load_package", self.load)
+        self.models, self.built, self.calls, self.ran, self.encoded = {}, [], 0, [], []
+        monkeypatch.setattr(engines, "build_package", self.build)
+        monkeypatch.setattr(engines, "load_package", self.load)
 
     def build(self, model, package, kind):
         assert package.stem.endswith(kind)
@@ -51,7 +52,12 @@ class StandIn:
             self.calls += 1
             self.ran.append(path.stem.rsplit("-", 1)[1])       # the package's kind
             return [eager_run(model, inputs)]
-        return type("Loaded", (), {"run": staticmethod(run)})
+
+        def encoder(inputs):                     # ids and mask, as the loader's
+            self.encoded.append(path.stem.rsplit("-", 1)[1])
+            src, src_mask = inputs
+            return [model.encode(src, src_mask=src_mask)]
+        return run, encoder
 
 
 def no_build(*args):
@@ -67,6 +73,31 @@ def test_a_package_is_built_once_and_found_by_a_new_step(tmp_path, monkeypatch):
                                     step=AotStep(cache_dir=tmp_path))   # a new process
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=6)[0])
     assert torch.equal(again, ids) and len(package.built) == 1 and package.calls
+
+
+def test_the_package_encodes_the_source_of_every_decode(tmp_path, monkeypatch):
+    """The encoder of the package whose kind the decode's first steps run encodes the
+    source (a one-token source and one sentence too); ids out of range are refused as
+    `model.encode` refuses them; a mask of another shape is encoded by the model."""
+    package = StandIn(monkeypatch)
+    monkeypatch.setattr(engines, "FEW_ROWS", 4)
+    model, step = small_model(), AotStep(cache_dir=tmp_path)
+    for src, kw, kind in ((padded_sources(2), {}, "few"),             # 2 rows
+                          (torch.tensor([[5]]), {}, "few"),            # one token
+                          (padded_sources(2), {"beam_size": 3}, "many")):   # 6 rows
+        package.encoded.clear()
+        search, eager = ((static_beam_search, beam_search) if kw
+                         else (static_greedy_decode, greedy_decode))
+        ids = search(model, src, max_len_b=5, step=step, **kw)[0]
+        assert package.encoded == [kind]
+        assert torch.equal(ids, eager(model, src, max_len_b=5, **kw)[0])
+    with pytest.raises(ValueError, match="src"):
+        step.encode(model, torch.tensor([[10 ** 6]]), torch.ones(1, 1, 1, dtype=bool))
+    package.encoded.clear()
+    src = padded_sources(2)
+    square = (src != 0)[:, None, :] & (src != 0)[:, :, None]      # (sentences, S, S)
+    memory = step.encode(model, src, square)
+    assert package.encoded == [] and torch.equal(memory, model.encode(src, src_mask=square))
 
 
 def test_a_damaged_package_is_built_again(tmp_path, monkeypatch):
@@ -100,7 +131,7 @@ def test_weights_changed_in_place_get_a_new_package(tmp_path, monkeypatch):
 def test_a_failed_build_decodes_eagerly(code, kept, tmp_path, monkeypatch):
     """One warning, eager tokens; a crash is kept (the next step does not build), an
     ordinary failure is tried again by the next process. No file is left behind."""
-    monkeypatch.setattr(engines, "_BUILD_CODE", code)
+    monkeypatch.setattr(packages, "_BUILD_CODE", code)
     model, src = small_model(), padded_sources(2)
     step = AotStep(cache_dir=tmp_path)
     with pytest.warns(RuntimeWarning, match="ahead-of-time step could not be had") as w:
@@ -115,7 +146,7 @@ def test_a_failed_build_decodes_eagerly(code, kept, tmp_path, monkeypatch):
         assert "SIGSEGV" in step.why
         record = step.folder / left[0]
         assert not json.loads(record.read_text())["ok"]
-        monkeypatch.setattr(engines, "run_child", no_build)
+        monkeypatch.setattr(packages, "run_child", no_build)
         with pytest.warns(RuntimeWarning, match="kept in"):
             static_greedy_decode(model, src, max_len_b=6, step=AotStep(cache_dir=tmp_path))
 
@@ -128,7 +159,7 @@ def test_weights_that_cannot_be_written_decode_eagerly(tmp_path, monkeypatch):
     def full(*args, **kwargs):
         raise SafetensorError("Error while serializing: No space left on device")
 
-    monkeypatch.setattr(engines, "save_file", full)
+    monkeypatch.setattr(packages, "save_file", full)
     model, src = small_model(), padded_sources(2)
     step = AotStep(cache_dir=tmp_path)
     with pytest.warns(RuntimeWarning, match="SafetensorError: .*No space left"):
@@ -138,7 +169,7 @@ def test_weights_that_cannot_be_written_decode_eagerly(tmp_path, monkeypatch):
 
 
 def test_only_float32_weights_on_the_cpu_get_a_package(tmp_path, monkeypatch):
-    monkeypatch.setattr(engines, "run_child", no_build)
+    monkeypatch.setattr(packages, "run_child", no_build)
     model, src = small_model().to(torch.bfloat16), padded_sources(2)
     step = AotStep(cache_dir=tmp_path)
     with pytest.warns(RuntimeWarning, match="float32 weights on the CPU"):
@@ -220,8 +251,6 @@ def test_few_rows_and_many_rows_run_packages_of_their_own(tmp_path, monkeypatch)
     """A step of at most FEW_ROWS rows runs the "few" package, a larger one the "many"
     package, each built once when first needed; a beam search whose batch shrinks below
     the bound moves from one to the other within the decode, with the eager tokens."""
-    from annotated_transformer.static import static_beam_search
-    from annotated_transformer.decoding import beam_search
     package = StandIn(monkeypatch)
     monkeypatch.setattr(engines, "FEW_ROWS", 4)
     model, step = small_model(), AotStep(cache_dir=tmp_path)
@@ -269,27 +298,34 @@ def test_an_interrupted_build_is_tried_again_and_a_failure_stays_told(tmp_path,
 def test_the_few_rows_build_falls_back_to_other_settings(tmp_path, monkeypatch, capfd):
     """Where Inductor cannot build the few-rows package with its own matrix products
     only, the child builds it with the library's allowed too, and says so; where every
-    setting fails, the last failure is the build's."""
-    from types import SimpleNamespace
+    setting fails, the last failure is the build's. Both programs, the step and the
+    encoder, are compiled with the same settings and packed into one file."""
+    import torch._inductor.package
     model = small_model()
-    monkeypatch.setattr(engines, "run_child", lambda code, args, folder, what: (
-        engines._build(*args), {"ok": True, "why": "", "keep_s": None})[1])
+    monkeypatch.setattr(packages, "run_child", lambda code, args, folder, what: (
+        packages._build(*args), {"ok": True, "why": "", "keep_s": None})[1])
     tried = []
 
-    def compile_and_package(program, package_path):
+    def compile_one(program):
         import torch._inductor.config as config
         tried.append(config.max_autotune_gemm_backends)
         assert config.freezing and config.max_autotune       # the few-rows settings
         if config.max_autotune_gemm_backends == "CPP":
             raise RuntimeError("NoValidChoicesError: no template for this product")
-        open(package_path, "w").close()
-    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
-    monkeypatch.setattr(engines, "_load_package", lambda path: SimpleNamespace(
-        run=lambda inputs: [eager_run(model, inputs)]))
+        return ["files of one program"]
+
+    def pack(path, files):
+        assert sorted(files) == ["encoder", "step"]
+        open(path, "w").close()
+    monkeypatch.setattr(packages, "_compile", compile_one)
+    monkeypatch.setattr(torch._inductor.package, "package_aoti", pack)
+    monkeypatch.setattr(packages, "load_package", lambda path: (
+        lambda inputs: [eager_run(model, inputs)],
+        lambda inputs: [model.encode(inputs[0], src_mask=inputs[1])]))
     package = aot_package(model, tmp_path, "few")
-    engines._build_package(model, package, "few")
-    assert tried == ["CPP", "CPP,ATEN"] and package.exists()
-    assert "trying" in capfd.readouterr().err
-    monkeypatch.setattr(engines, "_INDUCTOR", {"few": engines._INDUCTOR["few"][:1]})
+    packages.build_package(model, package, "few")
+    assert tried == ["CPP", "CPP,ATEN", "CPP,ATEN"]      # the step fails, then both build
+    assert package.exists() and "trying" in capfd.readouterr().err
+    monkeypatch.setattr(packages, "_INDUCTOR", {"few": packages._INDUCTOR["few"][:1]})
     with pytest.raises(RuntimeError, match="NoValidChoicesError"):
-        engines._build_package(model, aot_package(model, tmp_path / "b", "few"), "few")
+        packages.build_package(model, aot_package(model, tmp_path / "b", "few"), "few")
