@@ -217,7 +217,7 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     device = next(translator.model.parameters()).device
     step = decoding_step(options["engine"], precision=options["precision"],
                          device=device)
-    if step is not None and step.failed is not None:    # part 9e: decoded eagerly
+    if step is not None and step.failed is not None:    # part 9f: decoded eagerly
         options = {**options, "fallback": step.why}
     if a.output:
         write_lines(a.output, hypotheses)

@@ -128,7 +128,7 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
                      encode=None) -> tuple[Tensor, Tensor, Tensor]:
     """Check the request and encode the source once: memory, mask, each sentence's
     limit. A building block of the searches of chapter 9 and part 9b (`static`);
-    `encode(src, src_mask)`, if given, encodes instead of `model.encode` (part 9e)."""
+    `encode(src, src_mask)`, if given, encodes instead of `model.encode` (part 9f)."""
     table, pad = model.config.max_len, model.config.pad_id
     if src.dim() != 2:
         raise ValueError(f"src must be token ids of shape (batch, src_len), "

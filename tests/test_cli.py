@@ -494,10 +494,10 @@ def test_evaluate_json_says_when_the_aot_step_fell_back(model_dir, tmp_path,
                                                        monkeypatch, capsys):
     """--engine aot whose package cannot be built decodes eagerly: the JSON names the
     engine, gives the reason under "fallback" and the eager score."""
-    from annotated_transformer import engines
+    from annotated_transformer import engines, packages
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(engines, "_AOT", {})
-    monkeypatch.setattr(engines, "_BUILD_CODE", "raise SystemExit('no compiler')")
+    monkeypatch.setattr(packages, "_BUILD_CODE", "raise SystemExit('no compiler')")
     src = tmp_path / "src.en"
     src.write_text("A dog runs.\nTwo men talk in a park.\n")
     args = ["evaluate", "--model-dir", str(model_dir), "--source", str(src),
