@@ -92,24 +92,19 @@ class AotStep(_Packages):
     def encode(self, model: Transformer, src: Tensor, src_mask: Tensor, *,
                beams: int = 1) -> Tensor:
         """The memory of `src` `(sentences, S)`, by the encoder of the package that the
-        decode's first steps (sentences × `beams` rows) run: where a decode begins."""
-        check_inputs(model, None, src, src_mask=src_mask)     # the ids: as encode does
-        runs, kind = {}, "few" if src.size(0) * beams <= FEW_ROWS else "many"
-        self._now = (None, weakref.ref(model), runs)     # its cache: the first step's
-        runs[kind] = self._run(model, kind)
-        if runs[kind] is None or src_mask.shape != (src.size(0), 1, src.size(1)):
+        decode's first steps (sentences × `beams` rows) run, else by `model.encode`."""
+        check_inputs(model, True, src, src_mask=src_mask)    # the package reads any id
+        run = self._run(model, "few" if src.size(0) * beams <= FEW_ROWS else "many")
+        if run is None or src_mask.shape != (src.size(0), 1, src.size(1)):
             return model.encode(src, src_mask=src_mask, check=False)   # or a mask of
-        return runs[kind][1]([src, src_mask.bool()])[0]             # another shape
+        return run[1]([src, src_mask.bool()])[0]                    # another shape
 
     def __call__(self, model: Transformer, token: Tensor, t: Tensor,
                  cache: StaticCache) -> Tensor:
         cache_ref, model_ref, runs = self._now
-        if (model_ref is None or model_ref() is not model
-                or cache_ref is not None and cache_ref() is not cache):
+        if cache_ref is None or cache_ref() is not cache or model_ref() is not model:
             runs = {}                           # a new decode: weights checked again
             self._now = (weakref.ref(cache), weakref.ref(model), runs)
-        elif cache_ref is None:                 # the decode that `encode` began
-            self._now = (weakref.ref(cache), model_ref, runs)
         kind = "few" if token.numel() <= FEW_ROWS else "many"
         if kind not in runs:                    # once per kind and decode
             runs[kind] = self._run(model, kind)

@@ -136,11 +136,12 @@ class _Both:
 
 
 def _same_tokens(model: Transformer, step: _Both, kind: str) -> bool:
-    """Whether `step` decodes a random batch of as many rows as `kind` runs (three,
-    or three more than `FEW_ROWS`) as the eager decoder does, greedy and two beams."""
+    """Whether `step` decodes a random batch (three sentences for `kind` "few",
+    three more than `FEW_ROWS` else; one padded) as eager does, greedy and beam 2."""
     torch.manual_seed(0)
-    rows = 3 if kind == "few" else FEW_ROWS + 3
-    src = torch.randint(4, model.src_embed.num_embeddings, (rows, 9))
+    sentences = 3 if kind == "few" else FEW_ROWS + 3
+    src = torch.randint(4, model.src_embed.num_embeddings, (sentences, 9))
+    src[-1, 5:] = model.config.pad_id                     # a shorter source, padded
     with torch.inference_mode():
         return all(torch.equal(search(model, src, max_len_b=8, step=step, **kw)[0],
                                search(model, src, max_len_b=8, **kw)[0])
