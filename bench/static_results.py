@@ -170,7 +170,7 @@ def rows_worker(_, a) -> dict:
     package's, taking turns, for SENTENCE alone and for the first BATCH_SIZE test
     sentences padded into one batch."""
     from annotated_transformer.compiled import compile_dir
-    from annotated_transformer.decoding import padding_mask
+    from annotated_transformer.decoding import MAX_LEN_B, padding_mask
     from annotated_transformer.engines import _package_run
     from annotated_transformer.packages import FEW_ROWS, step_inputs
     from annotated_transformer.quantization import decoding_model
@@ -199,9 +199,11 @@ def rows_worker(_, a) -> dict:
         lines = Path(a.data, "test_2016_flickr.en").read_text().splitlines()
         encoder = {"sentences": [1, BATCH_SIZE], "ms": {}}
         for batch in ([SENTENCE], lines[:BATCH_SIZE]):
-            ids = encode_sources(tr.sp, batch, max_len=model.config.max_len, max_len_b=50)
-            src = torch.nn.utils.rnn.pad_sequence([torch.tensor(i) for i in ids],
-                                                  batch_first=True)
+            ids = encode_sources(tr.sp, batch, max_len=model.config.max_len,
+                                 max_len_b=MAX_LEN_B)
+            src = torch.nn.utils.rnn.pad_sequence(
+                [torch.tensor(i) for i in ids], batch_first=True,
+                padding_value=model.config.pad_id)
             mask = padding_mask(src, model.config.pad_id)
             calls = {"eager": lambda: model.encode(src, src_mask=mask),
                      **{k: (lambda run=run: run[1]([src, mask])) for k, run in runs.items()}}
