@@ -90,14 +90,15 @@ class AotStep(_Packages):
         self._now = (None, None, {})     # the decode under way: cache, model, its runs
 
     def encode(self, model: Transformer, src: Tensor, src_mask: Tensor, *,
-               beams: int = 1) -> Tensor:
-        """The memory of `src` `(sentences, S)`, by the encoder of the package that the
-        decode's first steps (sentences × `beams` rows) run, else by `model.encode`."""
+               beams: int = 1) -> tuple:
+        """The memory of `src` `(sentences, S)` and the pairs of `source_keys_values`,
+        by the encoder of the package that the decode's first steps (sentences × `beams`
+        rows) run; else the memory by `model.encode`, and None."""
         check_inputs(model, True, src, src_mask=src_mask)    # the package reads any id
         run = self._run(model, "few" if src.size(0) * beams <= FEW_ROWS else "many")
         if run is None or src_mask.shape != (src.size(0), 1, src.size(1)):
-            return model.encode(src, src_mask=src_mask, check=False)   # or a mask of
-        return run[1]([src, src_mask.bool()])[0]                    # another shape
+            return model.encode(src, src_mask=src_mask, check=False), None  # or a mask
+        return run[1]([src, src_mask.bool()])                     # of another shape
 
     def __call__(self, model: Transformer, token: Tensor, t: Tensor,
                  cache: StaticCache) -> Tensor:

@@ -22,8 +22,9 @@ from .checkpoints import load_weights, model_tensors
 from .model import Transformer, TransformerConfig, make_model
 from .quantization import column_major
 from .decoding import padding_mask
-from .static import (StaticCache, static_beam_search,
-                                          static_greedy_decode, static_step)
+from .static import (StaticCache, source_keys_values,
+                                          static_beam_search, static_greedy_decode,
+                                          static_step)
 from .compiled import (DIFFERENT_TOKENS, TRIAL_TIMEOUT, decide,
                                             first_line, run_child)
 
@@ -80,19 +81,23 @@ def export_step(model: Transformer) -> torch.export.ExportedProgram:
 
 # %% ../nbs/07e_aot.ipynb #bbf54399
 class _EncoderModule(torch.nn.Module):
-    "`model.encode` of ids `(sentences, S)` and their mask `(sentences, 1, S)`."
+    """`model.encode` of ids `(sentences, S)` and their mask `(sentences, 1, S)`: the
+    memory, then each decoder layer's keys and values of `source_keys_values`."""
 
     def __init__(self, model: Transformer):
         super().__init__()
         self.model = model
 
-    def forward(self, src: Tensor, src_mask: Tensor) -> Tensor:
-        return self.model.encode(src, src_mask=src_mask, check=False)   # checked ahead
+    def forward(self, src: Tensor, src_mask: Tensor) -> tuple:
+        memory = self.model.encode(src, src_mask=src_mask, check=False)  # checked ahead
+        kv = source_keys_values(self.model, memory)
+        return memory, *[t for pair in kv for t in pair]       # k₁, v₁, k₂, v₂, …
 
 
 def export_encoder(model: Transformer) -> torch.export.ExportedProgram:
-    """`model.encode` as a graph for `torch.export`, free in the number of sentences and
-    the source's length (1 to the positional table's `max_len`)."""
+    """`model.encode` and `source_keys_values` as a graph for `torch.export`, free in
+    the number of sentences and the source's length (1 to the positional table's
+    `max_len`)."""
     from torch.export import Dim
     B = Dim("sentences", min=1, max=AOT_MAX)
     S = Dim("src", min=1, max=model.config.max_len)
@@ -114,12 +119,18 @@ _INDUCTOR = {             # Inductor's settings per kind, tried in turn until on
 
 
 def load_package(path) -> tuple:
-    """The `run`s of a package's step and encoder (each takes a list of tensors), by
-    PyTorch's C++ loader (private; the public loader imports Inductor): one runner
-    each, on the CPU (device index -1)."""
+    """The `run`s of a package's step and encoder, by PyTorch's C++ loader (private;
+    the public loader imports Inductor): one runner each, on the CPU (device index
+    -1). Each takes a list of tensors; the step's gives a list, the log-probabilities
+    first, the encoder's the memory and the pairs of `source_keys_values`."""
     load = lambda name: torch._C._aoti.AOTIModelPackageLoader(
         str(path), name, False, 1, -1).run
-    return load("step"), load("encoder")
+    step, encoder = load("step"), load("encoder")
+
+    def encode(inputs: list) -> tuple:
+        memory, *kv = encoder(inputs)
+        return memory, list(zip(kv[0::2], kv[1::2]))         # (k, v) per layer
+    return step, encode
 
 # %% ../nbs/07e_aot.ipynb #4eb7027b
 class _Both:
@@ -132,7 +143,7 @@ class _Both:
         return self.run(step_inputs(token, t, cache))[0]
 
     def encode(self, model: Transformer, src: Tensor, src_mask: Tensor, *, beams=1):
-        return self.encoder([src, src_mask])[0]
+        return self.encoder([src, src_mask])
 
 
 def _same_tokens(model: Transformer, step: _Both, kind: str) -> bool:

@@ -9,11 +9,12 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import compiled, engines, packages
+from annotated_transformer import compiled, engines, packages, static
 from annotated_transformer.engines import AotStep
 from annotated_transformer.packages import aot_package
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.static import static_beam_search, static_greedy_decode
+from annotated_transformer.static import (source_keys_values, static_beam_search,
+                                          static_greedy_decode)
 from test_static_decoding import padded_sources, small_model
 
 
@@ -55,9 +56,14 @@ class StandIn:
 
         def encoder(inputs):                     # ids and mask, as the loader's
             self.encoded.append(path.stem.rsplit("-", 1)[1])
-            src, src_mask = inputs
-            return [model.encode(src, src_mask=src_mask)]
+            return encoded(model, inputs)
         return run, encoder
+
+
+def encoded(model, inputs):
+    "What a package's encoder gives: the memory and each layer's keys and values."
+    memory = model.encode(inputs[0], src_mask=inputs[1])
+    return memory, source_keys_values(model, memory)
 
 
 def no_build(*args):
@@ -77,10 +83,14 @@ def test_a_package_is_built_once_and_found_by_a_new_step(tmp_path, monkeypatch):
 
 def test_the_package_encodes_the_source_of_every_decode(tmp_path, monkeypatch):
     """The encoder of the package whose kind the decode's first steps run encodes the
-    source (a one-token source and one sentence too); ids out of range are refused as
-    `model.encode` refuses them; a mask of another shape is encoded by the model."""
+    source (a one-token source and one sentence too) and gives the cross-attention keys
+    and values, which the search does not project again; ids out of range are refused
+    as `model.encode` refuses them; a mask of another shape is encoded by the model."""
     package = StandIn(monkeypatch)
     monkeypatch.setattr(engines, "FEW_ROWS", 4)
+    def projected_again(*args):
+        raise AssertionError("fill_source projected the memory again")
+    monkeypatch.setattr(static, "source_keys_values", projected_again)
     model, step = small_model(), AotStep(cache_dir=tmp_path)
     for src, kw, kind in ((padded_sources(2), {}, "few"),             # 2 rows
                           (torch.tensor([[5]]), {}, "few"),            # one token
@@ -96,8 +106,9 @@ def test_the_package_encodes_the_source_of_every_decode(tmp_path, monkeypatch):
     package.encoded.clear()
     src = padded_sources(2)
     square = (src != 0)[:, None, :] & (src != 0)[:, :, None]      # (sentences, S, S)
-    memory = step.encode(model, src, square)
-    assert package.encoded == [] and torch.equal(memory, model.encode(src, src_mask=square))
+    memory, kv = step.encode(model, src, square)
+    assert package.encoded == [] and kv is None
+    assert torch.equal(memory, model.encode(src, src_mask=square))
 
 
 def test_a_damaged_package_is_built_again(tmp_path, monkeypatch):
@@ -321,7 +332,7 @@ def test_the_few_rows_build_falls_back_to_other_settings(tmp_path, monkeypatch, 
     monkeypatch.setattr(torch._inductor.package, "package_aoti", pack)
     monkeypatch.setattr(packages, "load_package", lambda path: (
         lambda inputs: [eager_run(model, inputs)],
-        lambda inputs: [model.encode(inputs[0], src_mask=inputs[1])]))
+        lambda inputs: encoded(model, inputs)))
     package = aot_package(model, tmp_path, "few")
     packages.build_package(model, package, "few")
     assert tried == ["CPP", "CPP,ATEN", "CPP,ATEN"]      # the step fails, then both build
