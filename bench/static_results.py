@@ -22,8 +22,9 @@ on a CPU (`decoding_model`, chapter 9a):
     BLEU and the number of lines identical to the eager ones (one process: these times
     are not a benchmark);
   - rows: a step of each of the model's two packages ("few" and "many" rows) at 1 to 256
-    rows, in one process, the packages taking turns; then the encoder, eager and each
-    package's, for one sentence and for a batch of BATCH_SIZE test sentences.
+    rows, in one process, the packages taking turns; then the encoder with the
+    cross-attention keys and values, eager and each package's, for one sentence and for a
+    batch of BATCH_SIZE test sentences.
 Writes bench/results/static_step.json, which part 9f loads.
 
     python bench/static_results.py --threads 2
@@ -166,15 +167,16 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 def rows_worker(_, a) -> dict:
     """A step of each of the model's two packages at each number of rows in ROWS (buffers
     of 32 output and 32 source positions), the packages taking turns call by call:
-    milliseconds, the median of --repeats calls. Then the encoder, eager and each
-    package's, taking turns, for SENTENCE alone and for the first BATCH_SIZE test
-    sentences padded into one batch."""
+    milliseconds, the median of --repeats calls. Then the encoder with the decoder's
+    cross-attention keys and values (what a package's encoder program computes), eager
+    (`model.encode`, then `source_keys_values`) and each package's, taking turns, for
+    SENTENCE alone and for the first BATCH_SIZE test sentences padded into one batch."""
     from annotated_transformer.compiled import compile_dir
     from annotated_transformer.decoding import MAX_LEN_B, padding_mask
     from annotated_transformer.engines import _package_run
     from annotated_transformer.packages import FEW_ROWS, step_inputs
     from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.static import StaticCache
+    from annotated_transformer.static import StaticCache, source_keys_values
     from annotated_transformer.translator import BATCH_SIZE, encode_sources
     tr = _translator(a)
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
@@ -205,7 +207,8 @@ def rows_worker(_, a) -> dict:
                 [torch.tensor(i) for i in ids], batch_first=True,
                 padding_value=model.config.pad_id)
             mask = padding_mask(src, model.config.pad_id)
-            calls = {"eager": lambda: model.encode(src, src_mask=mask),
+            calls = {"eager": lambda: source_keys_values(
+                         model, model.encode(src, src_mask=mask)),
                      **{k: (lambda run=run: run[1]([src, mask])) for k, run in runs.items()}}
             for name, t in turns(calls).items():
                 encoder["ms"].setdefault(name, []).append(t)
