@@ -77,6 +77,22 @@ class _Packages:
         self.why = _why(self.failed) if self.failed else ""
         return runs[kind]
 
+# %% ../nbs/07f_engines.ipynb #de472f87
+_VIEWS = weakref.WeakKeyDictionary()   # StaticCache -> its buffers, the inputs
+
+
+def _inputs(token: Tensor, t: Tensor, cache: StaticCache) -> list:
+    """`step_inputs`, whose views of the cache's buffers are made again only when the
+    cache holds other buffers (after `grow`, or rows dropped by a beam search)."""
+    buffers = [*cache.self_k, *cache.self_v, *cache.cross_k, *cache.cross_v,
+               cache.src_mask]
+    kept = _VIEWS.get(cache)
+    if (kept is None or kept[1][0].shape != token.shape
+            or any(a is not b for a, b in zip(kept[0], buffers))):
+        kept = _VIEWS[cache] = (buffers, step_inputs(token, t, cache))
+    kept[1][:2] = token, t                       # the views stay; these two change
+    return kept[1]
+
 # %% ../nbs/07f_engines.ipynb #20f8250f
 class AotStep(_Packages):
     """`static_step` and the encoder compiled ahead of time: per model, a package for
@@ -110,7 +126,7 @@ class AotStep(_Packages):
         if kind not in runs:                    # once per kind and decode
             runs[kind] = self._run(model, kind)
         return (static_step(model, token, t, cache) if runs[kind] is None
-                else runs[kind][0](step_inputs(token, t, cache))[0])
+                else runs[kind][0](_inputs(token, t, cache))[0])
 
 # %% ../nbs/07f_engines.ipynb #43be3606
 _PACKAGES = weakref.WeakKeyDictionary()     # model -> (weights stamp, folder, files)

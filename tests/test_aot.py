@@ -340,3 +340,25 @@ def test_the_few_rows_build_falls_back_to_other_settings(tmp_path, monkeypatch, 
     monkeypatch.setattr(packages, "_INDUCTOR", {"few": packages._INDUCTOR["few"][:1]})
     with pytest.raises(RuntimeError, match="NoValidChoicesError"):
         packages.build_package(model, aot_package(model, tmp_path / "b", "few"), "few")
+
+
+def test_the_package_inputs_follow_the_cache_buffers(tmp_path, monkeypatch):
+    """The views handed to the package are made again when the cache grows or drops
+    rows, so long decodes and beam searches whose sentences finish apart stay eager's;
+    while the buffers stay, a step reuses them."""
+    StandIn(monkeypatch)
+    model, step = small_model(), AotStep(cache_dir=tmp_path)
+    src = padded_sources(3)
+    limit = dict(max_len_a=0, max_len_b=40, min_len=40)    # grows 16 → 32 → 64
+    assert torch.equal(static_greedy_decode(model, src, step=step, **limit)[0],
+                       greedy_decode(model, src, **limit)[0])
+    for kw in ({"max_len_b": 12}, {"max_len_b": 12, "alpha": 2.0}):
+        assert torch.equal(static_beam_search(model, src, step=step, **kw)[0],
+                           beam_search(model, src, **kw)[0])
+    cache = static.StaticCache(model, 2, 16, 8)
+    token, t = torch.ones(2, 1, dtype=torch.long), torch.tensor([0])
+    first = engines._inputs(token, t, cache)
+    assert engines._inputs(token, t + 1, cache)[2] is first[2]        # kept
+    cache.grow(20)                                         # new self-attention buffers
+    grown = engines._inputs(token, t + 1, cache)
+    assert grown[2].data_ptr() == cache.self_k[0].data_ptr() and grown[2].size(3) == 32
