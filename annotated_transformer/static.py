@@ -133,19 +133,20 @@ def _last(tokens: Tensor) -> Tensor:
     return tokens[:, -1:].clone(memory_format=torch.contiguous_format)
 
 
-def _encoder(model: Transformer, step, beams: int, source: dict):
-    """The source's encoder for a decode by `step` with `beams` beams a sentence: the
-    step's own `encode` if it has one (part 9f's), which gives the memory and the keys
-    and values of `source_keys_values` (kept in `source["kv"]` for `fill_source`), or
-    None for those; else None (the model's encoder)."""
-    own = getattr(step, "encode", None)
-    if own is None:
-        return None
+def _prepare(model: Transformer, src: Tensor, src_mask: Tensor | None,
+             max_len_a: float, max_len_b: int, step, beams: int) -> tuple:
+    """`prepare_decoding` for a decode by `step` with `beams` beams a sentence, by the
+    step's own `encode` if it has one (part 9f's: the memory and the pairs of
+    `source_keys_values`): memory, mask, limits, and those pairs (None: the model
+    encoded, and `fill_source` projects them)."""
+    own, pairs = getattr(step, "encode", None), [None]
 
     def encode(src: Tensor, mask: Tensor) -> Tensor:
-        memory, source["kv"] = own(model, src, mask, beams=beams)
+        memory, pairs[0] = own(model, src, mask, beams=beams)
         return memory
-    return encode
+    prepared = prepare_decoding(model, src, src_mask, max_len_a, max_len_b,
+                                encode=None if own is None else encode)
+    return *prepared, pairs[0]                      # pairs[0]: set by `encode`
 
 
 def _fixed(step, fixed_shapes: bool | None) -> bool:
@@ -166,15 +167,13 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
     per token. `fixed_shapes`: self-attention buffers of the full length limit from
     the start (None: the step's attribute `fixed_shapes`, part 9d, else False: of 16
     positions, doubled when full). A step with an `encode` method encodes the source
-    (`_encoder`)."""
+    (`_prepare`)."""
     with eval_mode(model):
-        source = {}                                  # what the step's encoder gives
-        memory, src_mask, limit = prepare_decoding(
-            model, src, src_mask, max_len_a, max_len_b,
-            encode=_encoder(model, step, 1, source))
+        memory, src_mask, limit, kv = _prepare(model, src, src_mask, max_len_a,
+                                               max_len_b, step, 1)
         length = int(limit.max()) if _fixed(step, fixed_shapes) else 1
         cache = StaticCache(model, src.size(0), bucket(length), bucket(src.size(1)))
-        cache.fill_source(model, memory, src_mask, kv=source.get("kv"))
+        cache.fill_source(model, memory, src_mask, kv=kv)
 
         def next_logp(tokens: Tensor) -> Tensor:    # (rows, step) -> (rows, V)
             cache.grow(tokens.size(1))                       # positions 0..step-1
@@ -195,14 +194,12 @@ def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: i
     finished; and its results so far (none)."""
     if not 1 <= n_best <= K:
         raise ValueError(f"n_best must lie in 1..beam_size={K}, got {n_best}")
-    source = {}                                      # what the step's encoder gives
-    memory, src_mask, limit = prepare_decoding(
-        model, src, src_mask, max_len_a, max_len_b,
-        encode=_encoder(model, step, K, source))
+    memory, src_mask, limit, kv = _prepare(model, src, src_mask, max_len_a, max_len_b,
+                                           step, K)
     B, dev, steps = src.size(0), src.device, int(limit.max())
     cache = StaticCache(model, B, bucket(steps if fixed else 1), bucket(memory.size(1)),
                         beams=K)
-    cache.fill_source(model, memory, src_mask, kv=source.get("kv"))
+    cache.fill_source(model, memory, src_mask, kv=kv)
     tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
     live = torch.full((B, K), -math.inf, device=dev)
     live[:, 0] = 0.0                                         # one beam of K alike
