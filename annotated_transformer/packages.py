@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -118,6 +119,21 @@ _INDUCTOR = {             # Inductor's settings per kind, tried in turn until on
     "many": [{}]}         # its defaults: matrix products by MKL
 
 
+# %% ../nbs/07e_aot.ipynb #0486db8d
+@contextlib.contextmanager
+def _temp_root(folder: str):
+    "`TMPDIR` set to `folder` inside the block (for C++ code that reads it), then back."
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = folder
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TMPDIR"]
+        else:
+            os.environ["TMPDIR"] = before
+
+
 def load_package(path) -> tuple:
     """The `run`s of a package's step and encoder, by PyTorch's C++ loader (private;
     the public loader imports Inductor): one runner each, on the CPU (device index
@@ -125,7 +141,11 @@ def load_package(path) -> tuple:
     first, the encoder's the memory and the pairs of `source_keys_values`."""
     load = lambda name: torch._C._aoti.AOTIModelPackageLoader(
         str(path), name, False, 1, -1).run
-    step, encoder = load("step"), load("encoder")
+    # The loader unpacks its program under TMPDIR and deletes the files only when it is
+    # destroyed, which a killed process never does: they go to a folder of ours instead,
+    # deleted once both are loaded (the libraries stay mapped, so they keep running).
+    with tempfile.TemporaryDirectory(prefix="at-aot-") as folder, _temp_root(folder):
+        step, encoder = load("step"), load("encoder")
 
     def encode(inputs: list) -> tuple:
         memory, *kv = encoder(inputs)

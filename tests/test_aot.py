@@ -4,7 +4,11 @@ one warning (kept if it will not change), the translator's "aot" engine. The rea
 (export, AOTInductor, the C++ compiler: tens of seconds) runs on page 9e, which checks its
 tokens against chapter 9's decoders; here a stand-in package runs the eager step."""
 import json
+import os
 import sys
+import tempfile
+import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -362,3 +366,41 @@ def test_the_package_inputs_follow_the_cache_buffers(tmp_path, monkeypatch):
     cache.grow(20)                                         # new self-attention buffers
     grown = engines._inputs(token, t + 1, cache)
     assert grown[2].data_ptr() == cache.self_k[0].data_ptr() and grown[2].size(3) == 32
+
+
+class Unpacker:
+    """PyTorch's package loader as far as files go: it unpacks its program into a new
+    folder under TMPDIR (read when it runs, as C++'s getenv does) and deletes it only when
+    destroyed; the "encoder" fails to load where `fail` is set."""
+
+    def __init__(self, fail=False):
+        self.folders, self.fail = [], fail
+
+    def __call__(self, path, name, *args):
+        folder = Path(tempfile.mkdtemp(prefix="aotinductor_", dir=os.environ["TMPDIR"]))
+        (folder / f"{name}.wrapper.so").write_text("the program")
+        self.folders.append(folder)
+        if self.fail and name == "encoder":
+            raise RuntimeError("Failed to load")
+        return types.SimpleNamespace(run=lambda inputs: [name])
+
+
+@pytest.mark.parametrize("tmpdir_before", ["/somewhere/else", None])
+def test_loading_a_package_leaves_no_files(tmpdir_before, tmp_path, monkeypatch):
+    "Unpacked into a folder of `load_package`'s, deleted once loaded or failed."
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # where Python's folders go
+    if tmpdir_before is None:
+        monkeypatch.delenv("TMPDIR", raising=False)
+    else:
+        monkeypatch.setenv("TMPDIR", tmpdir_before)
+    for fail in (False, True):
+        loader = Unpacker(fail)
+        monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", loader)
+        try:
+            step, encode = packages.load_package(tmp_path / "aot-x-few.pt2")
+            assert not fail and step([]) == ["step"]
+        except RuntimeError:
+            assert fail
+        assert len(loader.folders) == 2 and list(tmp_path.iterdir()) == []
+        assert all(f.parent.parent == tmp_path for f in loader.folders)
+        assert os.environ.get("TMPDIR") == tmpdir_before
