@@ -185,11 +185,16 @@ def download_model(url: str, *, cache_dir=None, progress: bool = True) -> Path:
     folder = root / f"{label}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
     if _complete(folder):
         return folder
-    with staged(folder / CONFIG_FILE) as config:   # in place last: the folder is whole
-        _fetch(f"{url}/{CONFIG_FILE}", config, progress=progress)
-        for name, sha256 in _listed_hashes(config, f"{url}/{CONFIG_FILE}").items():
-            if not (folder / name).is_file() or file_sha256(folder / name) != sha256:
-                _fetch(f"{url}/{name}", folder / name, sha256, progress)
+    try:
+        with staged(folder / CONFIG_FILE) as config:   # in place last: folder whole
+            _fetch(f"{url}/{CONFIG_FILE}", config, progress=progress)
+            for name, sha in _listed_hashes(config, f"{url}/{CONFIG_FILE}").items():
+                if not (folder / name).is_file() or file_sha256(folder / name) != sha:
+                    _fetch(f"{url}/{name}", folder / name, sha, progress)
+    except BaseException:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()             # nothing fetched: no empty folder left behind
+        raise
     return folder
 
 # %% ../nbs/09a_hub.ipynb #2d127185

@@ -235,25 +235,27 @@ def test_broken_download_is_refused_and_not_kept(saved, server, tmp_path, damage
         assert expected["model.safetensors"] in message and actual in message
     else:
         assert "stopped after" in message and "bytes" in message
-    (folder,) = cache.iterdir()
-    assert not (folder / "model.safetensors").exists()
-    assert not (folder / "config.json").exists()                # the folder is not whole
-    assert [p.name for p in folder.iterdir()] in ([], ["tokenizer.model"])
+    left = [p.name for p in cache.rglob("*") if p.is_file()]
+    assert left in ([], ["tokenizer.model"])   # no weights, no config.json: never whole
     server.files[weights] = (saved / "model.safetensors").read_bytes()  # repaired
     server.truncate.clear()
     Translator.from_pretrained(url, device="cpu", cache_dir=cache)
 
 
-def test_unreachable_and_missing_give_clear_errors(saved, server, tmp_path, capsys):
+def test_unreachable_and_missing_give_clear_errors(saved, server, tmp_path, monkeypatch,
+                                                  capsys):
+    cache = tmp_path / "cache"
     with pytest.raises(DownloadError, match=r"/nothing/config.json: HTTP error 404"):
-        download_model(f"{server.url}/nothing", cache_dir=tmp_path)
+        download_model(f"{server.url}/nothing", cache_dir=cache)
     server.httpd.shutdown()
     server.httpd.server_close()                                 # nobody listens there now
     url = f"{server.url}/gone"
+    monkeypatch.setenv("AT_CACHE_DIR", str(cache))              # the CLI's default cache
     assert main(["translate", "--model-dir", url, "--device", "cpu"]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"annotated-transformer: error: {url}/config.json: cannot ")
     assert err.count("\n") == 1 and "Traceback" not in err
+    assert list(cache.iterdir()) == []          # nothing fetched, no empty folders left
 
 
 def test_config_without_hashes_is_refused(saved, server, tmp_path):
