@@ -165,7 +165,8 @@ def main(argv=None) -> None:
     sources = Path(a.data, "test_2016_flickr.en").read_text().splitlines()
     sources = sources[:a.sentences or None]
     alone = sources[:a.interactive]
-    tmp = Path(tempfile.mkdtemp())
+    tmp_dir = tempfile.TemporaryDirectory()   # the exports (~70 MB), removed at the end
+    tmp = Path(tmp_dir.name)
     ours = Translator.from_pretrained(a.model_dir, device="cpu")
     dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
             "int8": str(export_ctranslate2(ours, tmp / "int8", quantization="int8")),

@@ -247,7 +247,8 @@ def main(argv=None) -> None:
         return
     from annotated_transformer.durable import write_durably
     from annotated_transformer.utils import hardware
-    kept = tempfile.mkdtemp()                 # one cache folder for every compiled run
+    kept_dir = tempfile.TemporaryDirectory()  # one cache folder for every compiled run,
+    kept = kept_dir.name                      # removed at the end
     env = {"AT_CACHE_DIR": kept}
     first = {"eager": spawn("first", "eager", a),
              "compiled, nothing kept": spawn("first", "compiled", a, env),

@@ -35,6 +35,12 @@ unset PYTHONDONTWRITEBYTECODE
 # short spin (alone: 7.6 and 8.6 s). Chapter 9a's training took 553 s instead of 72 in the
 # fresh runtime. The spin changes how long threads wait, never a number they compute.
 export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
+# Every temporary file of the run (the chapters' folders, builds, pip's, pytest's, Inductor's
+# cache) goes to one folder of its own, deleted when the command ends, however it ends: runs
+# on one machine must not fill its disk, and each run compiles afresh, as on a new machine.
+run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/at-test.XXXXXX")
+export TMPDIR=$run_tmp
+trap 'rm -rf "$run_tmp"' EXIT
 
 declare -a TIMES=()
 stage() {  # stage NAME COMMAND...
@@ -114,12 +120,13 @@ beside "6 chapters, fresh" bash tools/fresh_runtime.sh
 beside "5 wheel + CLI" bash tools/test_wheel.sh
 export -f book_and_site
 beside "3-4 book (-W), site check" bash -c "set -euo pipefail; book_and_site"
-trap 'for p in "${beside_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done' EXIT
+trap 'for p in "${beside_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done
+      rm -rf "$run_tmp"' EXIT
 stage "2 tests, chapters by place" checkout
 collect "3-4 book (-W), site check"
 collect "5 wheel + CLI"
 collect "6 chapters, fresh"
-trap - EXIT
+trap 'rm -rf "$run_tmp"' EXIT
 stage "7 workflows and dists" bash tools/lint.sh
 
 echo "=== stage times"
