@@ -101,7 +101,7 @@ def run_child(code: str, args: list[str], folder: Path, what: str) -> dict:
                 "keep_s": None if name in _CRASHES else 0}   # not a kill from outside
     if r.returncode == 0:
         return {"ok": True, "why": "", "keep_s": None}
-    last = (r.stderr.strip().splitlines() or [""])[-1]       # e.g. no C++ compiler yet
+    last = (r.stderr.strip().splitlines() or [""])[-1][:200]  # e.g. no C++ compiler yet
     return {"ok": False, "why": f"{what} failed: {last}",
             "keep_s": None if r.returncode == DIFFERENT_TOKENS else 0}
 
@@ -181,8 +181,9 @@ def _inductor_cache(folder: Path) -> Path:
 
 
 def first_line(e: Exception) -> str:
-    "The first line of `e`'s message, cut to 200 characters: a reason for one line."
-    return (str(e).strip().splitlines() or [""])[0][:200]
+    """The first line of `e`'s message, cut to 500 characters: a reason for one line
+    (long enough for a reason of 200 and the path of a file that keeps it)."""
+    return (str(e).strip().splitlines() or [""])[0][:500]
 
 
 def _compiling_failed(e: Exception) -> bool:

@@ -201,14 +201,28 @@ def test_a_crash_in_the_trial_costs_the_child_and_is_remembered(tmp_path, monkey
     monkeypatch.setattr(compiled, "_TRIAL_CODE",
                         "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     model, src = small_model(), padded_sources(3)
-    step = CompiledStep(cache_dir=tmp_path)
-    with pytest.warns(RuntimeWarning, match=r"SIGSEGV \(kept in .*\)\); decoding eagerly"):
+    cache = tmp_path / ("a-long-folder-name-" * 8)    # the whole path is told all the same
+    step = CompiledStep(cache_dir=cache)
+    with pytest.warns(RuntimeWarning, match=rf"SIGSEGV \(kept in {cache}/.*\.json: delete it "
+                                            r"to try again\)\); decoding eagerly"):
         ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
     trials = eager_step(monkeypatch)                # the verdict is read, not re-tried
     with pytest.warns(RuntimeWarning, match="killed by SIGSEGV .kept in .*delete it"):
-        static_greedy_decode(model, src, max_len_b=8, step=CompiledStep(cache_dir=tmp_path))
+        static_greedy_decode(model, src, max_len_b=8, step=CompiledStep(cache_dir=cache))
     assert trials == []
+
+
+def test_a_long_reason_from_the_trial_is_cut_to_one_short_line(tmp_path, monkeypatch):
+    "A child's last line of any length is kept as 200 characters of it."
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
+    monkeypatch.setattr(compiled, "_TRIAL_CODE", "import sys; sys.exit('x' * 5000)")
+    with pytest.warns(RuntimeWarning) as seen:
+        static_greedy_decode(small_model(), padded_sources(2), max_len_b=4,
+                             step=CompiledStep(cache_dir=tmp_path))
+    (message,) = [str(w.message) for w in seen]
+    assert "a trial compilation failed: " + "x" * 200 + "); decoding eagerly" in message
+    assert "x" * 201 not in message
 
 
 def test_a_verdict_that_may_change_is_not_kept(tmp_path, monkeypatch):
