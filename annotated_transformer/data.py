@@ -34,6 +34,7 @@ def to_pairs(split, sp, *, src: str = "en", tgt: str = "de") -> list[tuple[list,
 
 # %% ../nbs/08b_data_details.ipynb #f6b14b18
 import contextlib
+import io
 import numbers
 import os
 import unicodedata
@@ -195,8 +196,8 @@ def train_tokenizer(train, out_dir, *, vocab_size: int = 8000, langs=("en", "de"
     """Train one sentencepiece vocabulary shared by all `langs` (§5.1; tying, §3.4).
 
     `train` is the training split (of a `DatasetDict` only `train` is used). Ids: pad 0,
-    bos 1, eos 2, unk 3. Writes `<out_dir>/<name>.model` and `.vocab`; returns the
-    `.model` path.
+    bos 1, eos 2, unk 3. Writes `<out_dir>/<name>.model` and `.vocab` (each piece and
+    its score, as sentencepiece writes them); returns the `.model` path.
     """
     spm = optional_import("sentencepiece", "data")
     if isinstance(train, dict) and "train" in train:  # a DatasetDict: train split only
@@ -205,11 +206,11 @@ def train_tokenizer(train, out_dir, *, vocab_size: int = 8000, langs=("en", "de"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     name = name or f"multi30k_{'_'.join(langs)}_{model_type}{vocab_size}"
-    prefix = out_dir / name
+    model = io.BytesIO()   # not `model_prefix`: its file would hold the folder's path
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=(s for lang in langs for s in train[lang]),
-            model_prefix=str(prefix), vocab_size=int(vocab_size), model_type=model_type,
+            model_writer=model, vocab_size=int(vocab_size), model_type=model_type,
             character_coverage=1.0,
             pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
             pad_piece=SPECIAL_PIECES[PAD_ID], unk_piece=SPECIAL_PIECES[UNK_ID],
@@ -218,7 +219,12 @@ def train_tokenizer(train, out_dir, *, vocab_size: int = 8000, langs=("en", "de"
     except RuntimeError as e:  # "INTERNAL: file.cc(744) [check] What went wrong."
         raise ValueError(f"sentencepiece cannot train vocab_size={vocab_size} on this "
                          f"text: {str(e).split('] ', 1)[-1]}") from None
-    return Path(f"{prefix}.model")
+    sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
+    (out_dir / f"{name}.vocab").write_text("".join(
+        f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(len(sp))),
+        encoding="utf-8")
+    (path := out_dir / f"{name}.model").write_bytes(model.getvalue())
+    return path
 
 # %% ../nbs/08b_data_details.ipynb #99aa10db
 def load_tokenizer(path):

@@ -24,7 +24,7 @@ from annotated_transformer.data import (MULTI30K_ENV, MULTI30K_HUB_ENV, MULTI30K
                                         decode_ids, encode_text, load_multi30k,
                                         load_tokenizer, multi30k_dir, normalize_line,
                                         to_pairs, train_tokenizer)
-from annotated_transformer.formats import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from annotated_transformer.formats import BOS_ID, EOS_ID, PAD_ID, SPECIAL_PIECES, UNK_ID
 
 
 @pytest.fixture
@@ -286,6 +286,26 @@ def test_tokenizer_sees_only_train(real, tmp_path):
     dd = datasets.DatasetDict({"train": real["train"].select(range(3000)), "validation": unseen})
     sp = load_tokenizer(train_tokenizer(dd, tmp_path, vocab_size=500))
     assert UNK_ID in sp.encode("Жук")
+
+
+@pytest.mark.parametrize("model_type", ["bpe", "unigram"])
+def test_tokenizer_files_do_not_depend_on_their_folder(real, tmp_path, model_type):
+    """The same text trained in two folders gives the same `.model` bytes, and `.vocab` is
+    what sentencepiece writes itself for the same training (where the path is recorded)."""
+    train = real["train"].select(range(1000))
+    kw = dict(vocab_size=300, langs=("en", "de"), model_type=model_type, name="t")
+    ours = train_tokenizer(train, tmp_path / "a", **kw)
+    assert ours.read_bytes() == train_tokenizer(train, tmp_path / ("b" * 80), **kw).read_bytes()
+    specials = dict(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+                    **{f"{k}_piece": SPECIAL_PIECES[i] for k, i in
+                       [("pad", PAD_ID), ("unk", UNK_ID), ("bos", BOS_ID), ("eos", EOS_ID)]})
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=(s for lang in ("en", "de") for s in train[lang]),
+        model_prefix=str(tmp_path / "own"), vocab_size=300, model_type=model_type,
+        character_coverage=1.0, minloglevel=2, **specials)
+    assert ours.with_suffix(".vocab").read_text(encoding="utf-8") == (
+        tmp_path / "own.vocab").read_text(encoding="utf-8")
+    assert ours.read_bytes() != (tmp_path / "own.model").read_bytes()     # its path
 
 
 def test_load_tokenizer_rejects_other_ids(tmp_path):
