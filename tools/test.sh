@@ -38,8 +38,10 @@ export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 # Every temporary file of the run (the chapters' folders, builds, pip's, pytest's, Inductor's
 # cache) goes to one folder of its own, deleted when the command ends, however it ends: runs
 # on one machine must not fill its disk, and each run compiles afresh, as on a new machine.
+# So does the datasets library's cache, which keeps an Arrow copy of every folder of text
+# files it is given (each test's folder, each run's copy of ../shared) in the user's home.
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/at-test.XXXXXX")
-export TMPDIR=$run_tmp
+export TMPDIR=$run_tmp HF_DATASETS_CACHE=$run_tmp/hf_datasets
 trap 'rm -rf "$run_tmp"' EXIT
 
 declare -a TIMES=()
