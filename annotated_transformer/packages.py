@@ -143,8 +143,10 @@ def load_package(path) -> tuple:
         str(path), name, False, 1, -1).run
     # The loader unpacks its program under TMPDIR and deletes the files only when it is
     # destroyed, which a killed process never does: they go to a folder of ours instead,
-    # deleted once both are loaded (the libraries stay mapped, so they keep running).
-    with tempfile.TemporaryDirectory(prefix="at-aot-") as folder, _temp_root(folder):
+    # deleted once both are loaded (the libraries stay mapped, so they keep running; a
+    # system that cannot delete a loaded library keeps the folder, as before).
+    with (tempfile.TemporaryDirectory(prefix="at-aot-", ignore_cleanup_errors=True)
+          as folder, _temp_root(folder)):
         step, encoder = load("step"), load("encoder")
 
     def encode(inputs: list) -> tuple:
