@@ -222,7 +222,7 @@ def train_tokenizer(train, out_dir, *, vocab_size: int = 8000, langs=("en", "de"
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
     (out_dir / f"{name}.vocab").write_text("".join(
         f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(len(sp))),
-        encoding="utf-8")
+        encoding="utf-8", newline="\n")
     (path := out_dir / f"{name}.model").write_bytes(model.getvalue())
     return path
 

@@ -6,6 +6,7 @@ __all__ = ['REPOSITORY_URL', 'SOURCE_REF', 'SHIPPED_MODELS', 'RAW_HOST', 'MODEL_
            'resolve_model']
 
 # %% ../nbs/09a_hub.ipynb #b41c15d5
+import contextlib
 import hashlib
 import http.client
 import json
@@ -192,7 +193,7 @@ def download_model(url: str, *, cache_dir=None, progress: bool = True) -> Path:
                 if not (folder / name).is_file() or file_sha256(folder / name) != sha:
                     _fetch(f"{url}/{name}", folder / name, sha, progress)
     except BaseException:
-        if folder.is_dir() and not any(folder.iterdir()):
+        with contextlib.suppress(OSError):   # not empty (or another download's): kept
             folder.rmdir()             # nothing fetched: no empty folder left behind
         raise
     return folder

@@ -291,7 +291,7 @@ def test_tokenizer_sees_only_train(real, tmp_path):
 @pytest.mark.parametrize("model_type", ["bpe", "unigram"])
 def test_tokenizer_files_do_not_depend_on_their_folder(real, tmp_path, model_type):
     """The same text trained in two folders gives the same `.model` bytes, and `.vocab` is
-    what sentencepiece writes itself for the same training (where the path is recorded)."""
+    what sentencepiece writes itself for the same training."""
     train = real["train"].select(range(1000))
     kw = dict(vocab_size=300, langs=("en", "de"), model_type=model_type, name="t")
     ours = train_tokenizer(train, tmp_path / "a", **kw)
@@ -305,7 +305,7 @@ def test_tokenizer_files_do_not_depend_on_their_folder(real, tmp_path, model_typ
         character_coverage=1.0, minloglevel=2, **specials)
     assert ours.with_suffix(".vocab").read_text(encoding="utf-8") == (
         tmp_path / "own.vocab").read_text(encoding="utf-8")
-    assert ours.read_bytes() != (tmp_path / "own.model").read_bytes()     # its path
+    assert b"\r" not in ours.with_suffix(".vocab").read_bytes()      # on any system
 
 
 def test_load_tokenizer_rejects_other_ids(tmp_path):

@@ -40,9 +40,14 @@ export GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000}
 # on one machine must not fill its disk, and each run compiles afresh, as on a new machine.
 # So does the datasets library's cache, which keeps an Arrow copy of every folder of text
 # files it is given (each test's folder, each run's copy of ../shared) in the user's home.
+# KEEP_TMP=1 keeps it (and the stages' logs and folders in it) for a look after a failure.
 run_tmp=$(mktemp -d "${TMPDIR:-/tmp}/at-test.XXXXXX")
 export TMPDIR=$run_tmp HF_DATASETS_CACHE=$run_tmp/hf_datasets
-trap 'rm -rf "$run_tmp"' EXIT
+remove_tmp() {  # never the run's verdict: a folder that will not go is said, not failed
+  if [ -n "${KEEP_TMP:-}" ]; then echo "kept $run_tmp"
+  else rm -rf "$run_tmp" 2>/dev/null || echo "could not remove all of $run_tmp"; fi
+}
+trap remove_tmp EXIT
 
 declare -a TIMES=()
 stage() {  # stage NAME COMMAND...
@@ -123,12 +128,12 @@ beside "5 wheel + CLI" bash tools/test_wheel.sh
 export -f book_and_site
 beside "3-4 book (-W), site check" bash -c "set -euo pipefail; book_and_site"
 trap 'for p in "${beside_pid[@]}"; do kill -- -"$p" 2>/dev/null || true; done
-      rm -rf "$run_tmp"' EXIT
+      wait "${beside_pid[@]}" 2>/dev/null || true; remove_tmp' EXIT
 stage "2 tests, chapters by place" checkout
 collect "3-4 book (-W), site check"
 collect "5 wheel + CLI"
 collect "6 chapters, fresh"
-trap 'rm -rf "$run_tmp"' EXIT
+trap remove_tmp EXIT
 stage "7 workflows and dists" bash tools/lint.sh
 
 echo "=== stage times"
