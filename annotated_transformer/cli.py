@@ -76,7 +76,7 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help="auto: aot where built before for batch × beam rows, else "
                         "eager (default); eager: op by op; compiled: the static-shape "
                         "step by torch.compile, seconds to start; aot: that step "
-                        "compiled ahead of time, built once per model (fp32, CPU)")
+                        "compiled ahead of time, once per model (fp32 or bf16, CPU)")
     g.add_argument("--threads", type=_positive, default=None,
                    help="CPU threads for PyTorch (default: PyTorch's choice)")
 

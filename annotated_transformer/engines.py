@@ -14,7 +14,8 @@ from torch import Tensor
 from .utils import caller_stacklevel
 from .inputs import check_inputs
 from .model import Transformer
-from .quantization import instrumented, weights_stamp
+from .quantization import (instrumented, weights_precision,
+                                                weights_stamp)
 from .static import StaticCache, static_step
 from .compiled import compile_dir, compiled_step, first_line
 from .packages import (FEW_ROWS, aot_package, build_package,
@@ -34,9 +35,9 @@ def _bare(e: BaseException) -> BaseException:
 def _package_run(model: Transformer, folder: Path, kind: str) -> tuple:
     """The `run`s (step, encoder) of `model`'s package of `kind` in `folder`, built
     first if need be."""
-    if any(p.dtype != torch.float32 or p.device.type != "cpu"
-           for p in model.parameters()):
-        raise ValueError("the package runs float32 weights on the CPU")
+    if any(p.device.type != "cpu" for p in model.parameters()):
+        raise ValueError("the package runs float32 weights on the CPU, or a bf16 copy")
+    weights_precision(model)        # float32 or its bf16 copy (part 9a); else raises
     package = aot_package(model, folder, kind)
     if not package.exists():
         build_package(model, package, kind)
@@ -161,18 +162,21 @@ ENGINES = ("auto", "eager", "compiled", "aot")
 
 def decoding_step(engine: str, *, precision: str, device, model=None, rows: int = 1):
     """The step a translator decodes with: None (chapter 9's decoder) for "eager";
-    `compiled_step()`, `aot_step()` for "compiled", "aot", in fp32 on the CPU (else a
-    warning, None); "auto": `aot_step()` where `_kept` finds the packages, else None."""
+    `compiled_step()` for "compiled" in fp32 on the CPU, `aot_step()` for "aot" in fp32
+    or bf16 there (else a warning, None); "auto": `aot_step()` where `_kept` finds the
+    packages, else None."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
-    cpu32 = precision == "fp32" and torch.device(device).type == "cpu"
-    if engine == "auto" and cpu32 and model is not None and not instrumented(model):
+    cpu = torch.device(device).type == "cpu"
+    packaged = cpu and precision in ("fp32", "bf16")     # what "aot", "auto" decode
+    if engine == "auto" and packaged and model is not None and not instrumented(model):
         step = aot_step()                        # looked up once: every translation
         return step if _kept(model, step.folder, rows) else None
     if engine in ("eager", "auto"):    # "auto": also where hooks must run (chapter 13)
         return None
-    if not cpu32:
-        warnings.warn(f"the {engine} engine decodes fp32 on the CPU; {precision} on "
+    if not (packaged if engine == "aot" else cpu and precision == "fp32"):
+        done = "fp32 or bf16" if engine == "aot" else "fp32"
+        warnings.warn(f"the {engine} engine decodes {done} on the CPU; {precision} on "
                       f"{device} decodes eagerly", RuntimeWarning,
                       stacklevel=caller_stacklevel())
         return None

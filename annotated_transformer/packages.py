@@ -5,6 +5,7 @@ __all__ = ['AOT_MAX', 'FEW_ROWS', 'step_inputs', 'export_step', 'export_encoder'
 
 # %% ../nbs/07e_aot.ipynb #62204ba4
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -21,9 +22,11 @@ from torch import Tensor
 
 from .checkpoints import load_weights, model_tensors
 from .model import Transformer, TransformerConfig, make_model
-from .quantization import column_major
+from .precision import precision_context
+from .quantization import (bf16_weights, column_major,
+                                                weights_precision)
 from .decoding import padding_mask
-from .static import (StaticCache, source_keys_values,
+from .static import (StaticCache, forced_logp, source_keys_values,
                                           static_beam_search, static_greedy_decode,
                                           static_step)
 from .compiled import (DIFFERENT_TOKENS, TRIAL_TIMEOUT, decide,
@@ -34,11 +37,12 @@ AOT_MAX = 1 << 16            # the most sentences, beams or positions a package 
 
 
 class _StepModule(torch.nn.Module):
-    "`static_step` of `model` with the cache's buffers as inputs, for torch.export."
+    """`static_step` of `model` with the cache's buffers as inputs, for torch.export,
+    under the autocast of the model's precision (none for fp32)."""
 
     def __init__(self, model: Transformer):
         super().__init__()
-        self.model = model
+        self.model, self.precision = model, weights_precision(model)
 
     def forward(self, token, t, self_k, self_v, cross_k, cross_v, src_mask):
         cache = StaticCache.__new__(StaticCache)     # these buffers, nothing allocated
@@ -46,7 +50,8 @@ class _StepModule(torch.nn.Module):
         cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
             rows(self_k), rows(self_v), cross_k, cross_v)
         cache.src_mask = src_mask
-        return static_step(self.model, token, t, cache)
+        with precision_context(self.precision, "cpu"):
+            return static_step(self.model, token, t, cache)
 
 
 def _step_args(token: Tensor, t: Tensor, cache: StaticCache) -> tuple:
@@ -82,16 +87,17 @@ def export_step(model: Transformer) -> torch.export.ExportedProgram:
 
 # %% ../nbs/07e_aot.ipynb #bbf54399
 class _EncoderModule(torch.nn.Module):
-    """`model.encode` of ids `(sentences, S)` and their mask `(sentences, 1, S)`: the
-    memory, then each decoder layer's keys and values of `source_keys_values`."""
+    """`model.encode` of ids `(sentences, S)` and mask `(sentences, 1, S)` under the
+    model's autocast: the memory, then each layer's pairs of `source_keys_values`."""
 
     def __init__(self, model: Transformer):
         super().__init__()
-        self.model = model
+        self.model, self.precision = model, weights_precision(model)
 
     def forward(self, src: Tensor, src_mask: Tensor) -> tuple:
-        memory = self.model.encode(src, src_mask=src_mask, check=False)  # checked ahead
-        kv = source_keys_values(self.model, memory)
+        with precision_context(self.precision, "cpu"):
+            memory = self.model.encode(src, src_mask=src_mask, check=False)  # checked
+            kv = source_keys_values(self.model, memory)                      # ahead
         return memory, *[t for pair in kv for t in pair]       # k₁, v₁, k₂, v₂, …
 
 
@@ -168,36 +174,62 @@ class _Both:
         return self.encoder([src, src_mask])
 
 
-def _same_tokens(model: Transformer, step: _Both, kind: str) -> bool:
-    """Whether `step` decodes a random batch (three sentences for `kind` "few",
-    three more than `FEW_ROWS` else; one padded) as eager does, greedy and beam 2."""
-    torch.manual_seed(0)
-    sentences = 3 if kind == "few" else FEW_ROWS + 3
-    src = torch.randint(4, model.src_embed.num_embeddings, (sentences, 9))
-    src[-1, 5:] = model.config.pad_id                     # a shorter source, padded
-    with torch.inference_mode():
-        return all(torch.equal(search(model, src, max_len_b=8, step=step, **kw)[0],
-                               search(model, src, max_len_b=8, **kw)[0])
-                   for search, kw in ((static_greedy_decode, {}),
-                                      (static_beam_search, {"beam_size": 2})))
-
-
 def _compile(program: torch.export.ExportedProgram) -> list:
     "AOTInductor's files for one program, to be packed with others (`package_aoti`)."
     args, kwargs = program.example_inputs
     return torch._inductor.aot_compile(program.module(check_guards=False), args, kwargs,
                                        options={"aot_inductor.package": True})
 
+# %% ../nbs/07e_aot.ipynb #108eb16b
+def _random_batch(model: Transformer, sentences: int) -> Tensor:
+    "Random sources `(sentences, 9)`, the last one shorter, padded."
+    torch.manual_seed(0)
+    src = torch.randint(4, model.src_embed.num_embeddings, (sentences, 9))
+    src[-1, 5:] = model.config.pad_id
+    return src
+
+
+def _same_tokens(model: Transformer, step, sentences: int) -> bool:
+    """Whether `step`, a package of `model`, decodes a `_random_batch` of `sentences`
+    as eager does, greedily and with two beams."""
+    src = _random_batch(model, sentences)
+    with torch.inference_mode():
+        return all(torch.equal(search(model, src, max_len_b=8, step=step, **kw)[0],
+                               search(model, src, max_len_b=8, **kw)[0])
+                   for search, kw in ((static_greedy_decode, {}),
+                                      (static_beam_search, {"beam_size": 2})))
+
+# %% ../nbs/07e_aot.ipynb #8c777ba1
+def _near_fp32(model: Transformer, step, sentences: int) -> bool:
+    """Whether `step`, a bf16 package of `model`, gives log-probabilities no farther
+    from float32's than twice eager bf16's, for a `_random_batch` fed random tokens."""
+    src = _random_batch(model, sentences)
+    tokens = torch.randint(4, model.generator.out_features, (src.size(0), 2, 8))
+    exact = copy.deepcopy(model).float()                  # bf16's weights, in float32
+    with torch.inference_mode():
+        ref = forced_logp(exact, static_step, src, tokens)          # float32's
+        with precision_context("bf16", "cpu"):
+            eager = forced_logp(model, static_step, src, tokens)
+            compiled = forced_logp(model, step, src, tokens)
+    return bool((compiled - ref).abs().max() <= 2 * (eager - ref).abs().max())
+
+
+_CHECKS = {      # per precision: the check of a build, and what its failure says
+    "fp32": (_same_tokens, "the package's tokens differ from the eager step's"),
+    "bf16": (_near_fp32, "the package's log-probabilities lie farther from float32's "
+                         "than twice the eager bf16 step's")}
+
 # %% ../nbs/07e_aot.ipynb #5ac03f8d
-def _build(weights: str, package: str, kind: str) -> None:
+def _build(weights: str, package: str, kind: str, precision: str = "fp32") -> None:
     """In a child process: the step and the encoder of the model in `weights` compiled
-    ahead of time into `package` with `kind`'s settings, moved there only if they give
-    the eager decoder's tokens."""
+    ahead of time into `package` with `kind`'s settings, in `precision`, moved there
+    only if they pass its check (`_CHECKS`)."""
     with safe_open(weights, framework="pt") as f:         # what the parent wrote
         meta = f.metadata()
     config = TransformerConfig(**json.loads(meta["config"]))
     model = make_model(*json.loads(meta["vocab"]), config)
-    model = column_major(load_weights(model, weights))      # as the translator decodes
+    convert = column_major if precision == "fp32" else bf16_weights   # as translators
+    model = load_weights(convert(model), weights)                     # decode
     partial = Path(package).with_suffix(f".{os.getpid()}.partial.pt2")
     from torch._inductor.package import package_aoti    # Inductor: in the child only
     try:
@@ -213,20 +245,22 @@ def _build(weights: str, package: str, kind: str) -> None:
                     raise
                 print(f"building with {settings} failed ({first_line(e)}); trying "
                       f"{_INDUCTOR[kind][i]}", file=sys.stderr)
-        same = _same_tokens(model, _Both(*load_package(partial)), kind)
+        check, failed = _CHECKS[precision]
+        sentences = 3 if kind == "few" else FEW_ROWS + 3       # rows of that kind
+        same = check(model, _Both(*load_package(partial)), sentences)
         if same:
             os.replace(partial, package)
     finally:
         partial.unlink(missing_ok=True)    # after a failure, an interrupt, other tokens
     if not same:
-        print("the package's tokens differ from the eager step's", file=sys.stderr)
+        print(failed, file=sys.stderr)
         sys.exit(DIFFERENT_TOKENS)
 
 # %% ../nbs/07e_aot.ipynb #7baf2866
 def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
     """Where `model`'s package of `kind` ("few" or "many" rows) is kept in `folder`:
-    named by what it holds, this library's version and the code of all its modules,
-    the model's config and weights."""
+    named by what it holds (this library's version and code, the model's config and
+    weights), with `-bf16-` before the kind for a bf16 model."""
     library = sys.modules["annotated_transformer"]          # installed, not a notebook
     digest = hashlib.sha256(json.dumps([library.__version__,
                                         asdict(model.config)]).encode())
@@ -235,7 +269,9 @@ def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
     for name, t in model_tensors(model).items():
         digest.update(f"{name} {tuple(t.shape)}".encode())
         digest.update(t.detach().float().contiguous().cpu().numpy().tobytes())
-    return folder / f"aot-{digest.hexdigest()[:16]}-{kind}.pt2"
+    precision = weights_precision(model)
+    infix = "" if precision == "fp32" else f"{precision}-"
+    return folder / f"aot-{digest.hexdigest()[:16]}-{infix}{kind}.pt2"
 
 
 def build_package(model: Transformer, package: Path, kind: str) -> None:
@@ -255,7 +291,8 @@ def build_package(model: Transformer, package: Path, kind: str) -> None:
                        for k, v in model_tensors(model).items()}, str(weights),
                       metadata={"config": json.dumps(asdict(model.config)),
                                 "vocab": json.dumps(vocab)})
-            return run_child(_BUILD_CODE, [str(weights), str(package), kind],
+            return run_child(_BUILD_CODE, [str(weights), str(package), kind,
+                                           weights_precision(model)],
                              package.parent, "building the ahead-of-time step")
         finally:
             weights.unlink(missing_ok=True)

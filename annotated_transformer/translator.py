@@ -256,8 +256,8 @@ class Translator(_Pretrained):
         """Translate a list of strings (or one string) by beam search (§6.1), in batches
         of `batch_size` sentences sorted by length; `precision`: "auto" (bf16 where
         `device` computes it natively, else fp32), fp32, bf16, or "int8" (CPU, the
-        default `device` then); `engine`: "auto" (part 9e's packages where kept, else
-        eager), "eager", "compiled" or "aot" (fp32, CPU); `progress`: bar on stderr."""
+        default `device` then); `engine`: "auto" (kept packages, else eager), "eager",
+        "compiled" (fp32, CPU), "aot" (fp32, bf16; CPU); `progress`: bar on stderr."""
         one = isinstance(sentences, str)
         sentences = [sentences] if one else list(sentences)
         device = torch.device(device if device else "cpu" if precision == "int8"

@@ -2,8 +2,9 @@
 
 Ours: the Translator (fp32, bf16, int8; chapter 11, part 9a), the static-shape search of
 part 9b run eagerly and compiled by torch.compile (fp32, the Translator's fp32 weights), the
-Translator's engine "aot" (part 9e: the step compiled ahead of time; its package is built
-by the first round's warm-up into the cache folder, and loaded by every later process), and
+Translator's engine "aot" (part 9e: the step compiled ahead of time, fp32 and, where bf16 is
+native, bf16; its packages are built by the first round's warm-up into the cache folder, and
+loaded by every later process), and
 the ONNX graphs of part 11e under onnxruntime (greedy only: no bulk beam-4 figure).
 
 Each engine runs in a process of its own, a fresh one in every round, and the engines take
@@ -36,7 +37,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("ours fp32", "ours bf16", "ours int8", "ours static fp32", "ours compiled fp32",
-           "ours aot fp32", "onnxruntime fp32", "CTranslate2 fp32", "CTranslate2 int8")
+           "ours aot fp32", "ours aot bf16", "onnxruntime fp32", "CTranslate2 fp32",
+           "CTranslate2 int8")
 
 
 def load_static(model_dir: str, compiled: bool):
@@ -174,7 +176,8 @@ def main(argv=None) -> None:
     data = tmp / "sentences.json"
     data.write_text(json.dumps([sources, alone]))
     asked = [*(a.engines or ENGINES), "CTranslate2 fp32", "CTranslate2 int8"]  # the refs
-    engines = [e for e in dict.fromkeys(asked) if e != "ours bf16" or native_bf16("cpu")]
+    engines = [e for e in dict.fromkeys(asked)              # our bf16 only where native
+               if not (e.startswith("ours") and e.endswith("bf16")) or native_bf16("cpu")]
     if a.same_process:
         loaded = {e: load(e, a.model_dir, dirs, a.threads) for e in engines}
     results = {e: [] for e in engines}

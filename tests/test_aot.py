@@ -184,10 +184,11 @@ def test_weights_that_cannot_be_written_decode_eagerly(tmp_path, monkeypatch):
 
 
 def test_only_float32_weights_on_the_cpu_get_a_package(tmp_path, monkeypatch):
+    "Or their bf16 copy (part 9a's `bf16_weights`): a model all in bfloat16 gets none."
     monkeypatch.setattr(packages, "run_child", no_build)
     model, src = small_model().to(torch.bfloat16), padded_sources(2)
     step = AotStep(cache_dir=tmp_path)
-    with pytest.warns(RuntimeWarning, match="float32 weights on the CPU"):
+    with pytest.warns(RuntimeWarning, match="float32 weights or their bf16 copy"):
         ids, _ = static_greedy_decode(model, src, max_len_b=6, step=step)
     assert torch.equal(ids, static_greedy_decode(model, src, max_len_b=6)[0])
 
@@ -210,8 +211,91 @@ def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
     assert engines.aot_step().failed is None
     assert decoding_precision("auto", torch.device("cpu"), engine="aot") == (
         "fp32", "precision fp32, the aot engine's")
-    with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 on the CPU"):
+    with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 or bf16 on the CPU"):
         tr.translate(sentences, engine="aot", precision="int8")
+
+
+def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
+    """A package runs a float32 model or its bf16 copy (part 9a), nothing else; the bf16
+    copy's packages are named apart and decode as the eager bf16 step does under
+    autocast; the translator's bf16 "aot" translation runs them, "compiled" stays fp32."""
+    from small_models import SHIPPED, small_translator
+    from annotated_transformer.data import load_tokenizer
+    from annotated_transformer.precision import precision_context
+    from annotated_transformer.quantization import bf16_weights, weights_precision
+    model = small_model()
+    model16 = bf16_weights(model)
+    assert [weights_precision(m) for m in (model, model16)] == ["fp32", "bf16"]
+    for other in (small_model().to(torch.bfloat16), small_model().half()):
+        with pytest.raises(ValueError, match="float32 weights or their bf16 copy"):
+            weights_precision(other)
+    few16 = aot_package(model16, tmp_path, "few")
+    assert few16.name.endswith("-bf16-few.pt2")
+    digest = lambda m: aot_package(m, tmp_path, "few").name.split("-")[1]
+    assert digest(model16) != digest(model)
+    package = StandIn(monkeypatch)
+    src = padded_sources(3)
+    with precision_context("bf16", "cpu"):
+        for search, kw in ((static_greedy_decode, {}), (static_beam_search,
+                                                        {"beam_size": 2})):
+            step = AotStep(cache_dir=tmp_path)
+            ids = search(model16, src, max_len_b=6, step=step, **kw)[0]
+            assert torch.equal(ids, search(model16, src, max_len_b=6, **kw)[0])
+    assert [p.name for p in package.built] == [few16.name] and package.calls
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(engines, "_AOT", {})
+    tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
+    out = tr.translate(["A dog runs.", "Two men play chess."], precision="bf16",
+                       engine="aot")
+    assert len(out) == 2 and package.built[-1].name.endswith("-bf16-few.pt2")
+    with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU"):
+        assert engines.decoding_step("compiled", precision="bf16", device="cpu") is None
+
+
+def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
+                                                                      monkeypatch):
+    """The child rebuilds the bf16 copy from the file the parent wrote (its generator
+    untied, in bfloat16), exports it under bf16 autocast and passes it by `_near_fp32`,
+    which a step at the wrong position fails."""
+    import torch._inductor.package
+    from annotated_transformer.checkpoints import model_tensors
+    from annotated_transformer.quantization import bf16_weights
+    model16 = bf16_weights(small_model())
+    monkeypatch.setattr(packages, "run_child", lambda code, args, folder, what: (
+        packages._build(*args), {"ok": True, "why": "", "keep_s": None})[1])
+    graphs, checked = [], []
+
+    def compile_one(program):
+        graphs.append(str(program.graph))
+        return ["files of one program"]
+
+    def encode16(inputs):
+        memory, *kv = packages._EncoderModule(model16)(*inputs)
+        return memory, list(zip(kv[0::2], kv[1::2]))
+    near = packages._near_fp32
+
+    def check(model, step, sentences):
+        checked.append((model_tensors(model), near(model, step, sentences)))
+        return checked[-1][1]
+    monkeypatch.setattr(packages, "_compile", compile_one)
+    monkeypatch.setattr(torch._inductor.package, "package_aoti",
+                        lambda path, files: open(path, "w").close())
+    monkeypatch.setattr(packages, "load_package", lambda path: (
+        lambda inputs: [eager_run(model16, inputs)], encode16))
+    monkeypatch.setitem(packages._CHECKS, "bf16", (check, "strays"))
+    package = aot_package(model16, tmp_path, "many")
+    packages.build_package(model16, package, "many")
+    assert package.exists() and len(graphs) == 2
+    assert all("torch.bfloat16" in graph for graph in graphs)      # under autocast
+    (rebuilt, passed), = checked
+    assert passed and rebuilt.keys() == model_tensors(model16).keys()
+    assert all(t.dtype == rebuilt[k].dtype and torch.equal(t, rebuilt[k])
+               for k, t in model_tensors(model16).items())
+
+    class Shifted:                           # keys written one position too far on
+        def __call__(self, model, token, t, cache):
+            return static.static_step(model, token, t + 1, cache)
+    assert not near(model16, Shifted(), 3)
 
 
 def test_the_default_engine_runs_kept_packages_and_builds_nothing(tmp_path, monkeypatch):
