@@ -14,8 +14,8 @@ from torch import Tensor
 from .utils import caller_stacklevel
 from .inputs import check_inputs
 from .model import Transformer
-from .quantization import (instrumented, weights_precision,
-                                                weights_stamp)
+from .quantization import (bf16_weights, instrumented,
+                                                weights_precision, weights_stamp)
 from .static import StaticCache, static_step
 from .compiled import compile_dir, compiled_step, first_line
 from .packages import (FEW_ROWS, aot_package, build_package,
@@ -133,9 +133,19 @@ class AotStep(_Packages):
 _PACKAGES = weakref.WeakKeyDictionary()     # model -> (weights stamp, folder, files)
 
 
-def _kept(model: Transformer, folder: Path, rows: int) -> bool:
-    "Whether `model`'s packages for steps of up to `rows` rows are kept in `folder`."
+def _kept(model: Transformer, folder: Path, rows: int, precision: str = "fp32") -> bool:
+    """Whether the packages that decode `model` in `precision` (for a float32 model
+    asked for bf16, its bf16 copy's, as the translator would make it) for steps of up to
+    `rows` rows are kept in `folder`."""
     if not any(folder.glob("aot-*-few.pt2")):        # none for any model: no digest
+        return False
+    try:
+        held = weights_precision(model)
+    except ValueError:               # neither float32 nor its bf16 copy: no package
+        return False
+    if (held, precision) == ("fp32", "bf16"):      # the command line asks this way
+        model = bf16_weights(model)
+    elif held != precision:
         return False
     if _PACKAGES.get(model, (None,))[:2] != (stamp := weights_stamp(model), folder):
         _PACKAGES[model] = (stamp, folder, {})
@@ -171,7 +181,7 @@ def decoding_step(engine: str, *, precision: str, device, model=None, rows: int 
     packaged = cpu and precision in ("fp32", "bf16")     # what "aot", "auto" decode
     if engine == "auto" and packaged and model is not None and not instrumented(model):
         step = aot_step()                        # looked up once: every translation
-        return step if _kept(model, step.folder, rows) else None
+        return step if _kept(model, step.folder, rows, precision) else None
     if engine in ("eager", "auto"):    # "auto": also where hooks must run (chapter 13)
         return None
     if not (packaged if engine == "aot" else cpu and precision == "fp32"):

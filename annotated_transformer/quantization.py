@@ -114,7 +114,8 @@ def weights_precision(model: Transformer) -> str:
     held = {(isinstance(m, nn.Linear), p.dtype) for m in every_module(model)
             for p in m._parameters.values() if p is not None}
     for precision, matrices in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
-        if held <= {(True, matrices), (False, torch.float32)}:
+        allowed = {(True, matrices), (False, torch.float32)}    # linear maps: some
+        if (True, matrices) in held and held <= allowed:
             return precision
     raise ValueError("expected float32 weights or their bf16 copy (bf16_weights), not "
                      f"{sorted({str(dtype) for _, dtype in held})}")

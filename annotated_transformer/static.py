@@ -131,18 +131,19 @@ def static_step(model: Transformer, token: Tensor, t: Tensor,
 # %% ../nbs/07b_static.ipynb #f647040e
 def forced_logp(model: Transformer, step, src: Tensor, tokens: Tensor) -> Tensor:
     """The log-probabilities `(steps, rows, V)` that `step` (as `static_step`) gives
-    fed `tokens` `(sentences, beams, steps)` one position at a time, on a fresh
-    `StaticCache` of the sources `src`, encoded by the step's `encode` if it has one
-    (part 9f), else by the model."""
+    fed `tokens` `(sentences, beams, steps)` one position at a time (on `src`'s device),
+    in evaluation mode, on a fresh `StaticCache` of the sources `src`, encoded by the
+    step's `encode` if it has one (part 9f), else by the model."""
     (B, K, T), mask = tokens.shape, padding_mask(src, model.config.pad_id)
     own = getattr(step, "encode", None)
-    memory, kv = (own(model, src, mask) if own else
-                  (model.encode(src, src_mask=mask), None))
-    cache = StaticCache(model, B, bucket(T), bucket(src.size(1)), beams=K)
-    cache.fill_source(model, memory, mask, kv=kv)
-    return torch.stack([step(model, tokens[..., t].contiguous(),
-                             torch.tensor([t], device=src.device), cache)
-                        for t in range(T)])
+    with eval_mode(model):
+        memory, kv = (own(model, src, mask, beams=K) if own else
+                      (model.encode(src, src_mask=mask), None))
+        cache = StaticCache(model, B, bucket(T), bucket(src.size(1)), beams=K)
+        cache.fill_source(model, memory, mask, kv=kv)
+        return torch.stack([step(model, tokens[..., t].contiguous(),
+                                 torch.tensor([t], device=src.device), cache)
+                            for t in range(T)])
 
 # %% ../nbs/07b_static.ipynb #64a42333
 def _last(tokens: Tensor) -> Tensor:

@@ -248,6 +248,13 @@ def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
     out = tr.translate(["A dog runs.", "Two men play chess."], precision="bf16",
                        engine="aot")
     assert len(out) == 2 and package.built[-1].name.endswith("-bf16-few.pt2")
+    calls, built = package.calls, len(package.built)
+    tr.translate(["A dog runs."], precision="bf16")       # "auto": the kept package
+    assert package.calls > calls and len(package.built) == built
+    folder = engines.aot_step().folder                    # the command line asks with
+    assert engines._kept(tr.model, folder, 2, "bf16")     # the float32 model
+    assert not engines._kept(tr.model, folder, 2, "fp32")           # none built
+    assert not engines._kept(small_model().to(torch.bfloat16), folder, 2, "bf16")
     with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU"):
         assert engines.decoding_step("compiled", precision="bf16", device="cpu") is None
 
@@ -256,7 +263,7 @@ def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
                                                                       monkeypatch):
     """The child rebuilds the bf16 copy from the file the parent wrote (its generator
     untied, in bfloat16), exports it under bf16 autocast and passes it by `_near_fp32`,
-    which a step at the wrong position fails."""
+    which a step at the wrong position fails, and one that ignores the source's mask."""
     import torch._inductor.package
     from annotated_transformer.checkpoints import model_tensors
     from annotated_transformer.quantization import bf16_weights
@@ -295,7 +302,12 @@ def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
     class Shifted:                           # keys written one position too far on
         def __call__(self, model, token, t, cache):
             return static.static_step(model, token, t + 1, cache)
-    assert not near(model16, Shifted(), 3)
+
+    class Unmasked:                          # the padding of the source attended to
+        def __call__(self, model, token, t, cache):
+            cache.src_mask.fill_(True)
+            return static.static_step(model, token, t, cache)
+    assert not near(model16, Shifted(), 3) and not near(model16, Unmasked(), 3)
 
 
 def test_the_default_engine_runs_kept_packages_and_builds_nothing(tmp_path, monkeypatch):
