@@ -130,30 +130,36 @@ class AotStep(_Packages):
                 else runs[kind][0](_inputs(token, t, cache))[0])
 
 # %% ../nbs/07f_engines.ipynb #43be3606
-_PACKAGES = weakref.WeakKeyDictionary()     # model -> (weights stamp, folder, files)
+_PACKAGES = weakref.WeakKeyDictionary()     # model -> (its key, `_naming`, files)
+
+
+def _naming(model: Transformer, precision: str):
+    """How to make, from `model`, the model whose packages decode it in `precision`:
+    nothing to change, or for a float32 model asked for bf16 (as the command line asks)
+    its bf16 copy, as the translator makes it; None where no package decodes it."""
+    try:
+        held = weights_precision(model)
+    except ValueError:               # neither float32 nor its bf16 copy
+        return None
+    if (held, precision) == ("fp32", "bf16"):
+        return bf16_weights
+    return (lambda same: same) if held == precision else None
 
 
 def _kept(model: Transformer, folder: Path, rows: int, precision: str = "fp32") -> bool:
-    """Whether the packages that decode `model` in `precision` (for a float32 model
-    asked for bf16, its bf16 copy's, as the translator would make it) for steps of up to
-    `rows` rows are kept in `folder`."""
+    """Whether the packages that decode `model` in `precision` (`_naming`) for steps of
+    up to `rows` rows are kept in `folder`."""
     if not any(folder.glob("aot-*-few.pt2")):        # none for any model: no digest
         return False
-    try:
-        held = weights_precision(model)
-    except ValueError:               # neither float32 nor its bf16 copy: no package
-        return False
-    if (held, precision) == ("fp32", "bf16"):      # the command line asks this way
-        model = bf16_weights(model)
-    elif held != precision:
-        return False
-    if _PACKAGES.get(model, (None,))[:2] != (stamp := weights_stamp(model), folder):
-        _PACKAGES[model] = (stamp, folder, {})
-    kinds, files = ("few", "many") if rows > FEW_ROWS else ("few",), _PACKAGES[model][2]
-    for kind in kinds:
+    key = (weights_stamp(model), folder, precision)
+    if _PACKAGES.get(model, (None,))[0] != key:     # once per state of the weights
+        _PACKAGES[model] = (key, _naming(model, precision), {})
+    _, how, files = _PACKAGES[model]
+    kinds = ("few", "many") if rows > FEW_ROWS else ("few",)
+    for kind in kinds if how else ():
         if kind not in files:
-            files[kind] = aot_package(model, folder, kind)     # the digest: once
-    return all(files[kind].exists() for kind in kinds)
+            files[kind] = aot_package(how(model), folder, kind)     # the digest: once
+    return how is not None and all(files[kind].exists() for kind in kinds)
 
 # %% ../nbs/07f_engines.ipynb #b810aa31
 _AOT: dict = {}
