@@ -12,23 +12,23 @@ import sys
 import time
 import warnings
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from .utils import available_devices
-from .precision import PRECISIONS, warn_if_emulated
-from .distributed import teardown
-from .trainer import TrainingInterrupted
+from .precision import PRECISIONS
 from .decoding import BEAM_SIZE, LENGTH_ALPHA
-from .translator import (
-    BATCH_SIZE, TRANSLATE_PRECISIONS, Translator, corpus_bleu, decoding_precision)
-from .engines import ENGINES, decoding_step
-from .recipe import TranslationRecipe, train_translation
-from .ct2 import export_ctranslate2
-from .onnx import export_onnx
-from .lines import (
+from .translator import BATCH_SIZE, Translator, corpus_bleu
+from .run.processes import TrainingInterrupted, teardown
+from .run.pretrained import load_translator
+from .run.recipe import TranslationRecipe, train_translation
+from .run.lines import (
     PROG, line_batches, read_lines, say, stream_fd, translate_lines, write_lines)
+from .engines import ENGINES
+from .exports.ct2 import export_ctranslate2
+from .exports.onnx import export_onnx
 
 # %% ../nbs/09f_cli.ipynb #873f78c0
 def _device(name: str) -> torch.device:
@@ -68,7 +68,7 @@ def _decoding_options(p: argparse.ArgumentParser) -> None:
                    help=f"sentences translated together (default: {BATCH_SIZE})")
     g.add_argument("--device", type=_device, default=None,
                    help="cpu, cuda, cuda:1, mps, ... (default: the fastest present)")
-    g.add_argument("--precision", choices=TRANSLATE_PRECISIONS, default="auto",
+    g.add_argument("--precision", choices=(*PRECISIONS, "int8"), default="auto",
                    help="auto: bf16 autocast where the device computes bf16 natively, "
                         "else fp32; fp16: CUDA only; int8: 8-bit weights, on the CPU "
                         "(default: auto)")
@@ -197,7 +197,7 @@ def _translate(a, translator: Translator, options: dict) -> int:
     whole, mode = stream_fd(a.input) is None, "w"      # a file: a single batch
     for first, lines in line_batches(a.input, a.batch_size):
         out = translate_lines(translator, lines, first=first, progress=bar and whole,
-                              **options)
+                              **options["search"])
         write_lines(a.output, out, mode=mode)
         mode = "a"
     if mode == "w":
@@ -212,41 +212,41 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
                          f"has {len(references)}: line i of each must be a pair")
     start = time.perf_counter()
     hypotheses = translate_lines(translator, sources, progress=sys.stderr.isatty(),
-                                 **options)
+                                 **options["search"])
     seconds = time.perf_counter() - start
-    device = next(translator.model.parameters()).device
-    step = decoding_step(options["engine"], precision=options["precision"],
-                         device=device)
+    device = translator.decoding.device
+    step = translator.decoding.step
     if step is not None and step.failed is not None:    # part 9f: decoded eagerly
-        options = {**options, "fallback": step.why}
+        options = {**options, "decoding": {**options["decoding"], "fallback": step.why}}
     if a.output:
         write_lines(a.output, hypotheses)
     score, signature = corpus_bleu(hypotheses, references)
     if a.json:
         print(json.dumps({"score": score.score, "signature": signature,
                           "lines": len(sources), "seconds": round(seconds, 3),
-                          "model": a.model_dir, **options, "device": str(device)}))
+                          "model": a.model_dir, **options["search"],
+                          **options["decoding"], "device": str(device)}))
     else:
         print(score)
         print(signature)
     return 0
 
 # %% ../nbs/09f_cli.ipynb #8f28a12a
-def _precision(a, translator: Translator) -> tuple[str, str]:
-    """The precision and engine to decode with, for steps of up to batch × beam rows;
-    the precision said on stderr if chosen, and why a compiled engine cannot run."""
-    device = next(translator.model.parameters()).device
-    precision, why = decoding_precision(a.precision, device, engine=a.engine)
-    if a.precision == "auto":
-        say(why)
+def _decide(a, translator: Translator) -> dict:
+    """Settle how `translator` decodes (its engine, for steps of up to batch × beam
+    rows): the precision said on stderr if chosen, and why a compiled engine cannot
+    run. Returns the precision and the engine that decode."""
+    engine = ENGINES[a.engine]
+    if a.engine in ("aot", "auto"):
+        engine = partial(engine, max_rows=a.batch_size * a.beam_size)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warn_if_emulated(precision, device)
-        step = decoding_step(a.engine, precision=precision, device=device,
-                             model=translator.model, rows=a.batch_size * a.beam_size)
+        d = translator.use(precision=a.precision, engine=engine, say=False).decoding
+    if a.precision == "auto":
+        say(d.why)
     for w in caught:
         say(f"warning: {w.message}")
-    return precision, ("aot" if a.engine == "auto" else a.engine) if step else "eager"
+    return {"precision": d.precision, "engine": d.engine}
 
 # %% ../nbs/09f_cli.ipynb #0462a0d5
 def _run(a) -> int:
@@ -259,10 +259,10 @@ def _run(a) -> int:
     if a.command == "train":
         return _train(a)
     device = a.device or ("cpu" if a.precision == "int8" else None)   # int8: CPU only
-    translator = Translator.from_pretrained(a.model_dir, device=device)
-    precision, engine = _precision(a, translator)
-    options = dict(beam_size=a.beam_size, alpha=a.alpha, batch_size=a.batch_size,
-                   precision=precision, engine=engine)
+    translator = load_translator(a.model_dir, device=device)
+    options = {"search": dict(beam_size=a.beam_size, alpha=a.alpha,
+                              batch_size=a.batch_size),
+               "decoding": _decide(a, translator)}
     run = _translate if a.command == "translate" else _evaluate
     return run(a, translator, options)
 

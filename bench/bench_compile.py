@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 import annotated_transformer.decoding as decoding
-from annotated_transformer.translator import MAX_LEN_B, Translator, encode_sources
+from annotated_transformer.translator import MAX_LEN_B, encode_sources
+from annotated_transformer.run.pretrained import load_translator
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_decoding import cpu_name  # noqa: E402
@@ -33,7 +34,7 @@ def main(argv=None) -> None:
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    translator = Translator.from_pretrained(ROOT / "models/multi30k_en_de")
+    translator = load_translator(ROOT / "models/multi30k_en_de")
     model = translator.model.eval()
     lines = (Path(a.data) / "test_2016_flickr.en").read_text().splitlines()
     rows = encode_sources(translator.sp, lines[:a.sentences + 3],

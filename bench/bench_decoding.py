@@ -21,7 +21,7 @@ import torch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.formats import BOS_ID, EOS_ID
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.quantization import column_major
+from annotated_transformer.engines.quantization import column_major
 
 
 def best_time(fn, repeats: int):

@@ -23,19 +23,20 @@ WORKER = r"""
 import json, sys, time, torch
 from statistics import median
 sys.path.insert(0, sys.argv[1])
-from annotated_transformer.translator import Translator
+from annotated_transformer.engines import eager
+from annotated_transformer.run.pretrained import load_translator
 threads, n_bulk, n_alone = (int(x) for x in sys.argv[2:5])
 precision = sys.argv[7]
 torch.set_num_threads(threads)
-t = Translator.from_pretrained(sys.argv[5], device="cpu")
+t = load_translator(sys.argv[5], device="cpu", precision=precision, engine=eager)
 src = open(sys.argv[6]).read().splitlines()
-t.translate(src[:4], beam_size=4, precision=precision, engine="eager")
-t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4, precision=precision, engine="eager")
+t.translate(src[:4], beam_size=4)
+t0 = time.perf_counter(); bulk = t.translate(src[:n_bulk], beam_size=4)
 out = {"bulk_s": time.perf_counter() - t0, "bulk": bulk}
 for k in (1, 4):
     times = []
     for s in src[:n_alone]:
-        t0 = time.perf_counter(); t.translate([s], beam_size=k, precision=precision, engine="eager")
+        t0 = time.perf_counter(); t.translate([s], beam_size=k)
         times.append(time.perf_counter() - t0)
     out[f"alone_{k}_ms"] = 1e3 * median(times)
 print(json.dumps(out))

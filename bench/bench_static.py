@@ -33,12 +33,13 @@ def worker(name: str, a) -> dict:
     import warnings
 
     from annotated_transformer.decoding import greedy_decode
-    from annotated_transformer.quantization import column_major
-    from annotated_transformer.compiled import compiled_step
-    from annotated_transformer.static import bucket, static_greedy_decode, static_step
-    from annotated_transformer.translator import MAX_LEN_B, Translator, encode_sources
+    from annotated_transformer.engines.quantization import column_major
+    from annotated_transformer.engines.compiling import compiled_step
+    from annotated_transformer.engines.static import bucket, static_greedy_decode, static_step
+    from annotated_transformer.translator import MAX_LEN_B, encode_sources
+    from annotated_transformer.run.pretrained import load_translator
     torch.set_num_threads(a.threads)
-    translator = Translator.from_pretrained(a.model_dir, device="cpu")
+    translator = load_translator(a.model_dir, device="cpu")
     model = translator.model.eval()
     if a.layout == "columns":                 # as the Translator decodes fp32 on a CPU
         model = column_major(model)

@@ -45,13 +45,14 @@ def load_static(model_dir: str, compiled: bool):
     """Part 9b's static-shape greedy and beam search over the Translator's own fp32
     decoding weights, in its batches (`translate_batched`); `compiled`: torch.compile."""
     from torch import nn
-    from annotated_transformer import static
-    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.engines import static
+    from annotated_transformer.engines.compiling import compiled_step
     from annotated_transformer.decoding import MAX_LEN_B
     from annotated_transformer.formats import PAD_ID
-    from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.translator import Translator, translate_batched
-    ours = Translator.from_pretrained(model_dir, device="cpu")
+    from annotated_transformer.engines.quantization import decoding_model
+    from annotated_transformer.translator import translate_batched
+    from annotated_transformer.run.pretrained import load_translator
+    ours = load_translator(model_dir, device="cpu")
     model = decoding_model(ours.model, "fp32", torch.device("cpu"), {}).eval()
     step = compiled_step() if compiled else static.static_step
 
@@ -72,16 +73,17 @@ def load(name: str, model_dir: str, dirs: dict, threads: int):
     if name.startswith(("ours static", "ours compiled")):
         return load_static(model_dir, compiled="compiled" in name)
     if name.startswith("onnxruntime"):
-        from annotated_transformer.onnx import OnnxTranslator
+        from annotated_transformer.exports.onnx import OnnxTranslator
         engine = OnnxTranslator(dirs["onnx"], threads=threads)
         return lambda s, k: engine.translate(s) if k == 1 else None
     if name.startswith("ours"):
-        from annotated_transformer.translator import Translator
-        ours = Translator.from_pretrained(model_dir, device="cpu")
+        from annotated_transformer.engines import ENGINES
+        from annotated_transformer.run.pretrained import load_translator
         *engine, precision = name.split()[1:]
-        return lambda s, k: ours.translate(s, beam_size=k, precision=precision,
-                                           engine=engine[0] if engine else "eager")
-    from annotated_transformer.ct2 import CT2Translator
+        ours = load_translator(model_dir, device="cpu", precision=precision,
+                               engine=ENGINES[engine[0] if engine else "eager"])
+        return lambda s, k: ours.translate(s, beam_size=k)
+    from annotated_transformer.exports.ct2 import CT2Translator
     kind = name.split()[1]
     engine = CT2Translator(dirs[kind], compute_type={"fp32": "float32"}.get(kind, kind),
                            threads=threads)
@@ -136,11 +138,12 @@ def gemm_rate(dtype=torch.float32, m: int = 256, k: int = 256, n: int = 1024) ->
 
 def decode_flops(model_dir: str, sentences: list, beam: int, one_by_one: bool) -> float:
     "Matrix-multiply FLOPs (mm, bmm, attention) of our fp32 decoder on this workload."
-    from annotated_transformer.translator import Translator
-    ours = Translator.from_pretrained(model_dir, device="cpu")
+    from annotated_transformer.run.pretrained import load_translator
+    from annotated_transformer.engines import eager
+    ours = load_translator(model_dir, device="cpu", precision="fp32", engine=eager)
     with FlopCounterMode(display=False) as counter:
         for batch in ([[s] for s in sentences] if one_by_one else [sentences]):
-            ours.translate(batch, beam_size=beam, precision="fp32", engine="eager")
+            ours.translate(batch, beam_size=beam)
     return counter.get_total_flops()
 
 
@@ -158,9 +161,9 @@ def main(argv=None) -> None:
     p.add_argument("--same-process", action="store_true",
                    help="all engines loaded in this one process (to see the interference)")
     a = p.parse_args(argv)
-    from annotated_transformer.ct2 import export_ctranslate2
-    from annotated_transformer.onnx import export_onnx
-    from annotated_transformer.translator import Translator
+    from annotated_transformer.exports.ct2 import export_ctranslate2
+    from annotated_transformer.exports.onnx import export_onnx
+    from annotated_transformer.run.pretrained import load_translator
     from annotated_transformer.precision import native_bf16
     from annotated_transformer.utils import hardware
     torch.set_num_threads(a.threads)
@@ -169,7 +172,7 @@ def main(argv=None) -> None:
     alone = sources[:a.interactive]
     tmp_dir = tempfile.TemporaryDirectory()   # the exports (~70 MB), removed at the end
     tmp = Path(tmp_dir.name)
-    ours = Translator.from_pretrained(a.model_dir, device="cpu")
+    ours = load_translator(a.model_dir, device="cpu")
     dirs = {"fp32": str(export_ctranslate2(ours, tmp / "fp32")),
             "int8": str(export_ctranslate2(ours, tmp / "int8", quantization="int8")),
             "onnx": str(export_onnx(ours, tmp / "onnx"))}

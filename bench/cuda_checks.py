@@ -19,7 +19,7 @@ from annotated_transformer.formats import (BOS_ID, CHECKPOINTS_DIR, EOS_ID, FIRS
                                            METRICS_FILE, PAD_ID)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
-from annotated_transformer.training import read_metrics
+from annotated_transformer.run.checkpoints import read_metrics
 from annotated_transformer.lab.copying import train_copy_model
 
 print(torch.__version__, torch.cuda.get_device_name())
@@ -66,16 +66,15 @@ with torch.no_grad():
           (ours - theirs).abs().max().item())
 
 if len(sys.argv) > 2:
-    from annotated_transformer.translator import Translator
-    translator = Translator.from_pretrained(sys.argv[1], device="cuda")
+    from annotated_transformer.run.pretrained import load_translator
+    translator = load_translator(sys.argv[1], device="cuda")
     sources = [line.strip() for line in open(sys.argv[2], encoding="utf-8")]
     for precision, batch_size in [("fp32", 200), ("bf16", 200), ("bf16", 1000)]:
-        translator.translate(sources[:50], beam_size=4, precision=precision,
-                             batch_size=batch_size)                 # warm-up
+        translator.use(precision=precision)
+        translator.translate(sources[:50], beam_size=4, batch_size=batch_size)   # warm-up
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        translator.translate(sources, beam_size=4, alpha=0.6, precision=precision,
-                             batch_size=batch_size)
+        translator.translate(sources, beam_size=4, alpha=0.6, batch_size=batch_size)
         torch.cuda.synchronize()
         print(f"GPU translate {len(sources)} sentences beam 4 {precision} batch "
               f"{batch_size}: {time.perf_counter() - t0:.2f} s", flush=True)

@@ -43,7 +43,7 @@ class _Step(torch.nn.Module):
         self.model = model
 
     def forward(self, token, t, self_k, self_v, cross_k, cross_v, src_mask):
-        from annotated_transformer.static import StaticCache, static_step
+        from annotated_transformer.engines.static import StaticCache, static_step
         cache = StaticCache.__new__(StaticCache)
         cache.self_k, cache.self_v, cache.cross_k, cache.cross_v = (
             self_k, self_v, cross_k, cross_v)
@@ -53,10 +53,11 @@ class _Step(torch.nn.Module):
 
 def _setup(a):
     "The decoding model and the sentence's source ids, as the Translator makes them."
-    from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.translator import MAX_LEN_B, Translator, encode_sources
+    from annotated_transformer.engines.quantization import decoding_model
+    from annotated_transformer.translator import MAX_LEN_B, encode_sources
+    from annotated_transformer.run.pretrained import load_translator
     torch.set_num_threads(a.threads)
-    tr = Translator.from_pretrained(a.model_dir, device="cpu")
+    tr = load_translator(a.model_dir, device="cpu")
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
     row = encode_sources(tr.sp, [SENTENCE], max_len=model.config.max_len,
                          max_len_b=MAX_LEN_B)[0]
@@ -65,7 +66,7 @@ def _setup(a):
 
 def build(a) -> dict:
     from annotated_transformer.decoding import MAX_LEN_A, MAX_LEN_B, prepare_decoding
-    from annotated_transformer.static import StaticCache, bucket
+    from annotated_transformer.engines.static import StaticCache, bucket
     model, src = _setup(a)
     with torch.no_grad():
         _, _, limit = prepare_decoding(model, src, None, MAX_LEN_A, MAX_LEN_B)
@@ -82,7 +83,7 @@ def build(a) -> dict:
 
 def first(engine: str, a) -> dict:
     from annotated_transformer.decoding import greedy_decode
-    from annotated_transformer.static import static_greedy_decode
+    from annotated_transformer.engines.static import static_greedy_decode
     model, src = _setup(a)
     t0 = time.perf_counter()
     if engine == "aot":

@@ -36,20 +36,20 @@ PRECISIONS = ("fp32", "bf16")
 
 def decoding(precision: str):
     "The shipped model's translator, and its model as it decodes in `precision` here."
-    from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.translator import Translator
-    ours = Translator.from_pretrained(ROOT / "models" / "multi30k_en_de", device="cpu")
+    from annotated_transformer.engines.quantization import decoding_model
+    from annotated_transformer.run.pretrained import load_translator
+    ours = load_translator(ROOT / "models" / "multi30k_en_de", device="cpu")
     return ours, decoding_model(ours.model, precision, torch.device("cpu"), {})
 
 
 def package(precision: str, kind: str, folder: Path) -> Path:
-    from annotated_transformer.packages import aot_package
+    from annotated_transformer.engines.packages import aot_package
     return aot_package(decoding(precision)[1], folder, kind)
 
 
 def build(precision: str, kind: str, folder: Path) -> float:
     "Seconds to build the package of `kind` for `precision` into `folder`."
-    from annotated_transformer.packages import build_package
+    from annotated_transformer.engines.packages import build_package
     model = decoding(precision)[1]
     start = time.perf_counter()
     build_package(model, package(precision, kind, folder), kind)
@@ -70,8 +70,8 @@ def median_us(run, inputs: list, repeats: int) -> float:
 def worker(precision: str, folder: str, rows: list, repeats: int) -> dict:
     "In a fresh process: the step at each number of rows and the encoder, in µs."
     from annotated_transformer.batching import padding_mask
-    from annotated_transformer.packages import FEW_ROWS, load_package, step_inputs
-    from annotated_transformer.static import StaticCache
+    from annotated_transformer.engines.packages import FEW_ROWS, load_package, step_inputs
+    from annotated_transformer.engines.static import StaticCache
     model = decoding(precision)[1]
     runs = {kind: load_package(package(precision, kind, Path(folder)))
             for kind in ("few", "many")}
@@ -95,9 +95,9 @@ def worker(precision: str, folder: str, rows: list, repeats: int) -> dict:
 
 def differing(folder: Path, count: int) -> dict:
     "Test sentences translated otherwise: bf16 package vs eager bf16, bf16 vs fp32 eager."
-    from annotated_transformer.packages import _Both, load_package
+    from annotated_transformer.engines.packages import _Both, load_package
     from annotated_transformer.precision import precision_context
-    from annotated_transformer.static import static_beam_search, static_greedy_decode
+    from annotated_transformer.engines.static import static_beam_search, static_greedy_decode
     ours, model16 = decoding("bf16")
     model32 = decoding("fp32")[1]
     step = _Both(*load_package(package("bf16", "few", folder)))
@@ -120,6 +120,7 @@ def differing(folder: Path, count: int) -> dict:
 
 def bleu() -> dict:
     "BLEU and translations of the whole test set, beam 4, by three of our engines."
+    from annotated_transformer.engines import ENGINES
     from annotated_transformer.translator import corpus_bleu
     ours = decoding("fp32")[0]
     data = ROOT.parent / "shared" / "data" / "multi30k"
@@ -129,7 +130,8 @@ def bleu() -> dict:
     for name, precision, engine in (("eager fp32", "fp32", "eager"),
                                     ("eager bf16", "bf16", "eager"),
                                     ("aot bf16", "bf16", "aot")):
-        out[name] = ours.translate(sources, precision=precision, engine=engine)
+        ours.use(precision=precision, engine=ENGINES[engine], say=False)
+        out[name] = ours.translate(sources)
         out[name] = corpus_bleu(out[name], references)[0].score, out[name]
     return out
 
@@ -144,7 +146,7 @@ def main() -> None:
     p.add_argument("--bleu", action="store_true", help="also BLEU of the whole test set")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    from annotated_transformer.compiled import compile_dir
+    from annotated_transformer.engines.compiling import compile_dir
     from annotated_transformer.precision import native_bf16
     from annotated_transformer.utils import CACHE_ENV, hardware
     with tempfile.TemporaryDirectory() as name:

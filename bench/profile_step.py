@@ -21,8 +21,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.attention import padding_mask
 from annotated_transformer.decoding import decode_step
-from annotated_transformer.quantization import column_major
-from annotated_transformer.translator import Translator
+from annotated_transformer.engines.quantization import column_major
+from annotated_transformer.run.pretrained import load_translator
 from annotated_transformer.utils import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def main(argv=None) -> None:
     p.add_argument("--layout", choices=("columns", "rows"), default="columns")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
-    translator = Translator.from_pretrained(a.model_dir, device="cpu")
+    translator = load_translator(a.model_dir, device="cpu")
     model, sp = translator.model.eval(), translator.sp
     if a.layout == "columns":
         model = column_major(model)

@@ -14,8 +14,8 @@ on a CPU (`decoding_model`, chapter 9a):
     the package are not operator calls). Each engine in a fresh process of its own,
     --rounds rounds, engines taking turns; the best round counts, and each round's ratio
     of chapter 9's step to each compiled one is kept (the spread between rounds).
-  - first call: `Translator.translate(sentence, beam_size=1, precision="fp32",
-    engine=...)` in a fresh process: eager; compiled with an empty cache folder (the
+  - first call: `Translator.use(precision="fp32", engine=...)` then
+    `translate(sentence, beam_size=1)` in a fresh process: eager; compiled with an empty cache folder (the
     trial and the compilation), then in a new process with that folder kept; aot the
     same way (the package's build, then loading it).
   - same: every sentence of test_2016_flickr, greedy and beam 4, by each engine, with
@@ -48,9 +48,9 @@ ENGINES = ("eager", "compiled", "aot")
 
 
 def _translator(a):
-    from annotated_transformer.translator import Translator
+    from annotated_transformer.run.pretrained import load_translator
     torch.set_num_threads(a.threads)
-    return Translator.from_pretrained(a.model_dir, device="cpu")
+    return load_translator(a.model_dir, device="cpu")
 
 
 def weight_bytes(model) -> int:
@@ -81,10 +81,10 @@ def step_worker(engine: str, a) -> dict:
 
     from annotated_transformer.decoding import (
         MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
-    from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.compiled import compiled_step
+    from annotated_transformer.engines.quantization import decoding_model
+    from annotated_transformer.engines.compiling import compiled_step
     from annotated_transformer.engines import aot_step
-    from annotated_transformer.static import StaticCache, bucket, static_step
+    from annotated_transformer.engines.static import StaticCache, bucket, static_step
     from annotated_transformer.translator import encode_sources
     tr = _translator(a)
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
@@ -127,9 +127,11 @@ def step_worker(engine: str, a) -> dict:
 
 def first_worker(engine: str, a) -> dict:
     "Seconds of the first translate call of a fresh process."
+    from annotated_transformer import engines
     tr = _translator(a)
-    t0 = time.perf_counter()
-    out = tr.translate(SENTENCE, beam_size=1, precision="fp32", engine=engine)
+    t0 = time.perf_counter()                    # the engine decides, then translates
+    tr.use(precision="fp32", engine=engines.ENGINES[engine], say=False)
+    out = tr.translate(SENTENCE, beam_size=1)
     return {"seconds": time.perf_counter() - t0, "out": out}
 
 
@@ -137,7 +139,7 @@ def same_worker(_, a) -> dict:
     """The whole test set, greedy and beam 4, by each engine: lines identical to the
     eager ones, BLEU, seconds (compiled: including compiling each new batch shape; aot:
     its two packages built before), and whether a compiled step fell back to eager."""
-    from annotated_transformer.engines import decoding_step
+    from annotated_transformer import engines
     from annotated_transformer.translator import corpus_bleu
     tr = _translator(a)
     src = Path(a.data, "test_2016_flickr.en").read_text().splitlines()[:a.sentences or None]
@@ -145,19 +147,20 @@ def same_worker(_, a) -> dict:
     result = {"sentences": len(src)}
     # packages are built once per model and kept: build the many-rows one before timing
     # (the few-rows one came with the first-call processes, which share the folder)
-    tr.translate(src[:64], beam_size=4, precision="fp32", engine="aot")
+    decided = {e: tr.use(precision="fp32", engine=engines.ENGINES[e], say=False).decoding
+               for e in ENGINES}                   # aot: both packages, built here
     for k in (1, 4):
         runs = {}
         for engine in ENGINES:
+            tr.decoding = decided[engine]
             t0 = time.perf_counter()
-            out = tr.translate(src, beam_size=k, precision="fp32", engine=engine)
+            out = tr.translate(src, beam_size=k)
             runs[engine] = {"seconds": time.perf_counter() - t0, "out": out,
                             "bleu": corpus_bleu(out, ref)[0].score}
         outs = {e: r.pop("out") for e, r in runs.items()}
         result[f"beam{k}"] = {e: {"identical": sum(x == y for x, y in zip(
             outs["eager"], outs[e])), **r} for e, r in runs.items()}
-    steps = {e: decoding_step(e, precision="fp32", device="cpu") for e in ENGINES[1:]}
-    result["fell_back"] = {e: s.why or None for e, s in steps.items()}
+    result["fell_back"] = {e: decided[e].step.why or None for e in ENGINES[1:]}
     return result
 
 
@@ -171,12 +174,12 @@ def rows_worker(_, a) -> dict:
     cross-attention keys and values (what a package's encoder program computes), eager
     (`model.encode`, then `source_keys_values`) and each package's, taking turns, for
     SENTENCE alone and for the first BATCH_SIZE test sentences padded into one batch."""
-    from annotated_transformer.compiled import compile_dir
+    from annotated_transformer.engines.compiling import compile_dir
     from annotated_transformer.decoding import MAX_LEN_B, padding_mask
     from annotated_transformer.engines import _package_run
-    from annotated_transformer.packages import FEW_ROWS, step_inputs
-    from annotated_transformer.quantization import decoding_model
-    from annotated_transformer.static import StaticCache, source_keys_values
+    from annotated_transformer.engines.packages import FEW_ROWS, step_inputs
+    from annotated_transformer.engines.quantization import decoding_model
+    from annotated_transformer.engines.static import StaticCache, source_keys_values
     from annotated_transformer.translator import BATCH_SIZE, encode_sources
     tr = _translator(a)
     model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
@@ -245,7 +248,7 @@ def main(argv=None) -> None:
     if a.worker:
         print(json.dumps(WORKERS[a.worker[0]](a.worker[1], a)))
         return
-    from annotated_transformer.durable import write_durably
+    from annotated_transformer.run.durable import write_durably
     from annotated_transformer.utils import hardware
     kept_dir = tempfile.TemporaryDirectory()  # one cache folder for every compiled run,
     kept = kept_dir.name                      # removed at the end

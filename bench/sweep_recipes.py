@@ -24,8 +24,8 @@ def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> d
     import torch
     from annotated_transformer.data import load_multi30k
     from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE
-    from annotated_transformer.training import read_metrics
-    from annotated_transformer.recipe import TranslationRecipe, train_translation
+    from annotated_transformer.run.checkpoints import read_metrics
+    from annotated_transformer.run.recipe import TranslationRecipe, train_translation
     from annotated_transformer.translator import corpus_bleu
     torch.set_num_threads(int(os.environ.get("SWEEP_THREADS", "2")))
     recipe = TranslationRecipe.from_dict(
@@ -36,8 +36,8 @@ def _one(name: str, overrides: dict, data: str, out: Path, bleu_every: int) -> d
     minutes = (time.perf_counter() - t0) / 60
     val = load_multi30k(data)["validation"]
     t1 = time.perf_counter()
-    hyps = translator.translate(list(val["en"]), beam_size=4, alpha=0.6,
-                                batch_size=200, precision=recipe.train.precision)
+    translator.use(precision=recipe.train.precision)
+    hyps = translator.translate(list(val["en"]), beam_size=4, alpha=0.6, batch_size=200)
     bleu, signature = corpus_bleu(hyps, list(val["de"]))
     metrics = read_metrics(out / name / CHECKPOINTS_DIR / METRICS_FILE)
     curve = {key: [(m["step"], round(m[key], 3)) for m in metrics if key in m]

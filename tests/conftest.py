@@ -123,8 +123,9 @@ def sp():
 def _packages_of_the_tests_only(tmp_path_factory, monkeypatch):
     """Part 9e's packages in a folder of the session's unless a test names one: packages
     that earlier runs kept in the user's cache never choose the default engine ("auto")."""
-    from annotated_transformer import compiled, engines
+    from annotated_transformer import engines
+    from annotated_transformer.engines import compiling
     from annotated_transformer.utils import CACHE_ENV
-    folder, real = tmp_path_factory.getbasetemp() / "cache", compiled.compile_dir
+    folder, real = tmp_path_factory.getbasetemp() / "cache", compiling.compile_dir
     monkeypatch.setattr(engines, "compile_dir", lambda cache_dir=None: real(
         cache_dir or os.environ.get(CACHE_ENV) or folder))

@@ -12,14 +12,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from functools import partial
 
-from annotated_transformer import compiled, engines, packages, static
+from annotated_transformer import engines
+from annotated_transformer.engines import compiling, packages, static
 from annotated_transformer.engines import AotStep
-from annotated_transformer.packages import aot_package
+from annotated_transformer.engines.packages import aot_package
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.static import (source_keys_values, static_beam_search,
+from annotated_transformer.engines.static import (source_keys_values, static_beam_search,
                                           static_greedy_decode)
-from test_static_decoding import padded_sources, small_model
+from test_static_decoding import eager_step, padded_sources, small_model
 
 
 def eager_run(model, inputs):
@@ -194,25 +196,28 @@ def test_only_float32_weights_on_the_cpu_get_a_package(tmp_path, monkeypatch):
 
 
 def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
-    """engine="aot" runs every step through the package's `run`; fp32 is its precision;
+    """The aot engine runs every step through the package's `run`; fp32 is its precision;
     elsewhere it says why not."""
     from small_models import SHIPPED, small_translator
     from annotated_transformer.data import load_tokenizer
-    from annotated_transformer.translator import decoding_precision
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(engines, "_AOT", {})
     package = StandIn(monkeypatch)
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
     sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
+    aot = partial(engines.aot, max_rows=9)             # 3 sentences x 3 beams: "few"
     for k in (1, 3):
-        eager = tr.translate(sentences, beam_size=k, precision="fp32", engine="eager")
-        assert tr.translate(sentences, beam_size=k, engine="aot") == eager
+        eager = tr.use(precision="fp32", engine=engines.eager).translate(
+            sentences, beam_size=k)
+        assert tr.use(engine=aot).translate(sentences, beam_size=k) == eager
+        assert tr.decoding.engine == "aot" and tr.decoding.precision == "fp32"
     assert len(package.built) == 1 and package.calls
     assert engines.aot_step().failed is None
-    assert decoding_precision("auto", torch.device("cpu"), engine="aot") == (
+    assert engines.engine_precision("auto", torch.device("cpu"), "aot") == (
         "fp32", "precision fp32, the aot engine's")
     with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 or bf16 on the CPU"):
-        tr.translate(sentences, engine="aot", precision="int8")
+        tr.use(engine=aot, precision="int8")
+    assert tr.decoding.engine == "eager" and tr.decoding.precision == "int8"
 
 
 def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
@@ -222,7 +227,7 @@ def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
     from small_models import SHIPPED, small_translator
     from annotated_transformer.data import load_tokenizer
     from annotated_transformer.precision import precision_context
-    from annotated_transformer.quantization import bf16_weights, weights_precision
+    from annotated_transformer.engines.quantization import bf16_weights, weights_precision
     model = small_model()
     model16 = bf16_weights(model)
     assert [weights_precision(m) for m in (model, model16)] == ["fp32", "bf16"]
@@ -245,18 +250,20 @@ def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(engines, "_AOT", {})
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
-    out = tr.translate(["A dog runs.", "Two men play chess."], precision="bf16",
-                       engine="aot")
+    bf16 = dict(precision="bf16", say=False)
+    tr.use(engine=partial(engines.aot, max_rows=8), **bf16)
+    out = tr.translate(["A dog runs.", "Two men play chess."])
     assert len(out) == 2 and package.built[-1].name.endswith("-bf16-few.pt2")
     calls, built = package.calls, len(package.built)
-    tr.translate(["A dog runs."], precision="bf16")       # "auto": the kept package
+    tr.use(engine=partial(engines.auto, max_rows=8), **bf16)    # the kept package
+    tr.translate(["A dog runs."])
     assert package.calls > calls and len(package.built) == built
     folder = engines.aot_step().folder                    # the command line asks with
     assert engines._kept(tr.model, folder, 2, "bf16")     # the float32 model
     assert not engines._kept(tr.model, folder, 2, "fp32")           # none built
     assert not engines._kept(small_model().to(torch.bfloat16), folder, 2, "bf16")
     with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU"):
-        assert engines.decoding_step("compiled", precision="bf16", device="cpu") is None
+        assert engines.compiled(tr.model, precision="bf16").engine == "eager"
 
 
 def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
@@ -265,8 +272,8 @@ def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
     untied, in bfloat16), exports it under bf16 autocast and passes it by `_near_fp32`,
     which a step at the wrong position fails, and one that ignores the source's mask."""
     import torch._inductor.package
-    from annotated_transformer.checkpoints import model_tensors
-    from annotated_transformer.quantization import bf16_weights
+    from annotated_transformer.run.checkpoints import model_tensors
+    from annotated_transformer.engines.quantization import bf16_weights
     model16 = bf16_weights(small_model())
     monkeypatch.setattr(packages, "run_child", lambda code, args, folder, what: (
         packages._build(*args), {"ok": True, "why": "", "keep_s": None})[1])
@@ -311,8 +318,8 @@ def test_a_bf16_build_rebuilds_the_copy_and_checks_it_against_float32(tmp_path,
 
 
 def test_the_default_engine_runs_kept_packages_and_builds_nothing(tmp_path, monkeypatch):
-    """engine="auto" (the default) decodes eagerly until an "aot" translation has built
-    the packages its steps need, then through them; it never builds one itself."""
+    """The auto engine (the command line's default) decodes eagerly until an aot engine
+    has built the packages its steps need, then through them; it never builds one."""
     from small_models import SHIPPED, small_translator
     from annotated_transformer.data import load_tokenizer
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
@@ -320,42 +327,81 @@ def test_the_default_engine_runs_kept_packages_and_builds_nothing(tmp_path, monk
     package = StandIn(monkeypatch)
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
     sentences = ["A dog runs.", "Two men are playing chess in a park by the river."]
-    eager = tr.translate(sentences, beam_size=2, precision="fp32", engine="eager")
-    fp32 = dict(precision="fp32")            # "auto" would be bf16 where it is native
-    assert tr.translate(sentences, beam_size=2, **fp32) == eager   # nothing kept
+    fp32 = dict(precision="fp32", say=False)  # "auto" would be bf16 where it is native
+    auto = lambda rows: partial(engines.auto, max_rows=rows)
+    eager = tr.use(engine=engines.eager, **fp32).translate(sentences, beam_size=2)
+    assert tr.use(engine=auto(4), **fp32).translate(sentences, beam_size=2) == eager
+    assert tr.decoding.engine == "eager"                            # nothing kept
     assert package.built == [] and package.calls == 0
-    greedy = tr.translate(sentences[:1], beam_size=1, engine="eager", **fp32)
-    assert tr.translate(sentences[:1], beam_size=1, engine="aot") == greedy
+    greedy = tr.use(engine=engines.eager, **fp32).translate(sentences[:1], beam_size=1)
+    tr.use(engine=partial(engines.aot, max_rows=1), **fp32)
+    assert tr.translate(sentences[:1], beam_size=1) == greedy
     assert [p.stem.rsplit("-", 1)[1] for p in package.built] == ["few"]
     calls = package.calls
-    assert tr.translate(sentences, beam_size=2, **fp32) == eager   # 4 rows: "few" kept
+    assert tr.use(engine=auto(4), **fp32).translate(sentences, beam_size=2) == eager
+    assert tr.decoding.engine == "aot"                              # 4 rows: "few" kept
     assert package.calls > calls and len(package.built) == 1
     calls = package.calls                    # 2 sentences x 20 beams: "many" not kept
-    assert tr.translate(sentences, beam_size=20, **fp32) == tr.translate(
-        sentences, beam_size=20, engine="eager", **fp32)
+    wide = tr.use(engine=engines.eager, **fp32).translate(sentences, beam_size=20)
+    assert tr.use(engine=auto(40), **fp32).translate(sentences, beam_size=20) == wide
     assert package.calls == calls and len(package.built) == 1
-    assert tr.translate(sentences, beam_size=2, precision="int8") == tr.translate(
-        sentences, beam_size=2, precision="int8", engine="eager")   # not fp32: eager
+    int8 = dict(precision="int8", say=False)
+    ours = tr.use(engine=auto(4), **int8).translate(sentences, beam_size=2)
+    assert tr.decoding.engine == "eager"                            # not fp32: eager
+    assert ours == tr.use(engine=engines.eager, **int8).translate(sentences, beam_size=2)
     assert package.calls == calls
     handle = tr.model.encoder.register_forward_hook(lambda *a: None)   # chapter 13's kind
     try:                                     # a model with hooks decodes eagerly
-        assert tr.translate(sentences, beam_size=2, **fp32) == eager
+        assert tr.use(engine=auto(4), **fp32).translate(sentences, beam_size=2) == eager
+        assert tr.decoding.engine == "eager"
     finally:
         handle.remove()
-    assert package.calls == calls
+
+
+def test_translate_looks_nothing_up_once_the_engine_is_chosen(tmp_path, monkeypatch):
+    """Every engine decides when the translator is built; `translate` then stamps no
+    weights, digests no model and looks in no folder: each of those raises here."""
+    from small_models import SHIPPED, small_translator
+    from annotated_transformer.data import load_tokenizer
+    from annotated_transformer.engines import quantization
+    monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(engines, "_AOT", {})
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    eager_step(monkeypatch)                    # no compiling: part 9d's tests compile
+    StandIn(monkeypatch)
+    sp = load_tokenizer(SHIPPED / "tokenizer.model")
+    built = {}
+    for name in ("eager", "aot", "auto", "compiled"):        # auto after aot: kept
+        tr = small_translator(sp, 0)
+        built[name] = tr.use(precision="fp32", engine=engines.ENGINES[name], say=False)
+    assert {n: tr.decoding.engine for n, tr in built.items()} == {
+        "eager": "eager", "aot": "aot", "auto": "aot", "compiled": "compiled"}
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("looked up while translating")
+    for module, name in ((engines, "weights_stamp"), (quantization, "_stamp"),
+                         (engines, "aot_package"), (engines, "_kept"),
+                         (engines, "compile_dir"), (engines, "load_package"),
+                         (engines, "build_package")):
+        monkeypatch.setattr(module, name, forbidden)
+    monkeypatch.setattr(Path, "glob", forbidden)
+    monkeypatch.setattr(Path, "exists", forbidden)
+    sentences = ["A dog runs.", "Two men play chess."]
+    for name, tr in built.items():
+        assert len(tr.translate(sentences, beam_size=2)) == 2, name
 
 
 def test_another_version_or_setup_names_another_package(tmp_path, monkeypatch):
     """A package is never loaded by another version of the library (its name changes)
     or under another setup (`compile_dir` changes): there it is built anew."""
     model = small_model()
-    package = aot_package(model, compiled.compile_dir(tmp_path), "few")
+    package = aot_package(model, compiling.compile_dir(tmp_path), "few")
     monkeypatch.setattr(sys.modules["annotated_transformer"], "__version__", "0.0.1")
-    assert aot_package(model, compiled.compile_dir(tmp_path), "few") != package
+    assert aot_package(model, compiling.compile_dir(tmp_path), "few") != package
     monkeypatch.undo()
     monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
-    assert compiled.compile_dir(tmp_path) != package.parent
-    assert aot_package(model, compiled.compile_dir(tmp_path), "few").name == package.name
+    assert compiling.compile_dir(tmp_path) != package.parent
+    assert aot_package(model, compiling.compile_dir(tmp_path), "few").name == package.name
 
 
 def test_few_rows_and_many_rows_run_packages_of_their_own(tmp_path, monkeypatch):

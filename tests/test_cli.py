@@ -77,9 +77,9 @@ def test_translate_keeps_one_line_per_input(model_dir, tmp_path, capsysbinary):
     assert len(lines) == 7 and lines[-1] == ""                    # 6 lines, each ended
     assert lines[1] == "" and lines[4] == ""                      # empty and blank lines
     # a 20-step model may well answer "" (end of sentence first): compare with the library
-    from annotated_transformer.translator import Translator
-    library = Translator.from_pretrained(model_dir, device="cpu").translate(
-        ["A dog runs on the beach.", "A girl."], beam_size=2, precision="fp32")
+    from annotated_transformer.run.pretrained import load_translator
+    library = load_translator(model_dir, device="cpu", precision="fp32").translate(
+        ["A dog runs on the beach.", "A girl."], beam_size=2)
     assert [lines[0], lines[5]] == library
     err = capsysbinary.readouterr().err.decode()
     assert "line 3: not valid UTF-8" in err
@@ -348,11 +348,11 @@ def test_int8_without_a_device_loads_on_the_cpu(model_dir, tmp_path, monkeypatch
     from annotated_transformer import cli
     asked = []
 
-    def from_pretrained(directory, device=None):
+    def load_translator(directory, device=None):
         asked.append(device)
         raise OSError("stop here")
 
-    monkeypatch.setattr(cli.Translator, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(cli, "load_translator", load_translator)
     src = tmp_path / "in.en"
     src.write_text("A dog runs.\n")
     for extra in (["--precision", "int8"], ["--precision", "fp32"]):
@@ -365,15 +365,15 @@ def test_int8_without_a_device_loads_on_the_cpu(model_dir, tmp_path, monkeypatch
 def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):
     """--engine compiled gives the eager lines (the step run uncompiled here: part 9d's
     tests compile it); with --precision int8 it says in one line why it cannot."""
-    from annotated_transformer import compiled
+    from annotated_transformer.engines import compiling
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
-    monkeypatch.setattr(compiled, "_COMPILED", {})
-    monkeypatch.setattr(compiled.torch, "compile", lambda fn, **kw: fn)
-    monkeypatch.setattr(compiled, "_run_trial", lambda options, folder: {
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    monkeypatch.setattr(compiling.torch, "compile", lambda fn, **kw: fn)
+    monkeypatch.setattr(compiling, "_run_trial", lambda options, folder: {
         "ok": True, "why": "", "keep_s": None})
-    steps, real = [], compiled.static_step
-    monkeypatch.setattr(compiled, "static_step", lambda *a: steps.append(1) or real(*a))
+    steps, real = [], compiling.static_step
+    monkeypatch.setattr(compiling, "static_step", lambda *a: steps.append(1) or real(*a))
     src = tmp_path / "in.en"
     src.write_text("A dog runs.\n\nTwo men talk in a park.\n")
     args = ["translate", "--model-dir", str(model_dir), "-i", str(src), "--beam-size", "2",
@@ -394,11 +394,11 @@ def test_evaluate_json_says_when_the_compiled_step_fell_back(model_dir, tmp_path
     line on stderr, and the JSON gives the reason under "fallback"."""
     import warnings
     from torch._dynamo.exc import BackendCompilerFailed
-    from annotated_transformer import compiled
+    from annotated_transformer.engines import compiling
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
-    monkeypatch.setattr(compiled, "_COMPILED", {})
-    monkeypatch.setattr(compiled, "_run_trial", lambda options, folder: {
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    monkeypatch.setattr(compiling, "_run_trial", lambda options, folder: {
         "ok": True, "why": "", "keep_s": None})
 
     def fails(fn, **kw):
@@ -406,7 +406,7 @@ def test_evaluate_json_says_when_the_compiled_step_fell_back(model_dir, tmp_path
             raise BackendCompilerFailed(fn, RuntimeError("no kernel\nhere"), None)
         return run
 
-    monkeypatch.setattr(compiled.torch, "compile", fails)
+    monkeypatch.setattr(compiling.torch, "compile", fails)
     monkeypatch.setattr(warnings, "showwarning",        # as Python shows one, not pytest
                         lambda m, c, f, n, file=None, line=None: sys.stderr.write(
                             warnings.formatwarning(m, c, f, n, line)))
@@ -447,7 +447,7 @@ def test_sigterm_ends_train_with_one_line_and_143(multi30k, tmp_path):
     """SIGTERM to a `train` process after its first checkpoint: the update ends, one more
     checkpoint is written, stderr holds one line that names it, and the exit status is
     128 + SIGTERM = 143, as a shell reports a signal."""
-    from annotated_transformer.checkpoints import checkpoint_step, list_checkpoints
+    from annotated_transformer.run.checkpoints import checkpoint_step, list_checkpoints
     out = tmp_path / "model"
     proc = subprocess.Popen(
         [sys.executable, "-m", "annotated_transformer", "train", "--model-dir", str(out),
@@ -474,7 +474,7 @@ def test_sigterm_ends_train_with_one_line_and_143(multi30k, tmp_path):
 
 def test_full_disk_ends_train_with_one_line(multi30k, tmp_path, monkeypatch, capsys):
     "The first checkpoint finds the disk full: one line, `error: ...`, and status 1."
-    from annotated_transformer import checkpoints
+    from annotated_transformer.run import checkpoints
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -494,7 +494,8 @@ def test_evaluate_json_says_when_the_aot_step_fell_back(model_dir, tmp_path,
                                                        monkeypatch, capsys):
     """--engine aot whose package cannot be built decodes eagerly: the JSON names the
     engine, gives the reason under "fallback" and the eager score."""
-    from annotated_transformer import engines, packages
+    from annotated_transformer import engines
+    from annotated_transformer.engines import packages
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(engines, "_AOT", {})
     monkeypatch.setattr(packages, "_BUILD_CODE", "raise SystemExit('no compiler')")

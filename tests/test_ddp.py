@@ -24,7 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from annotated_transformer.checkpoints import checkpoint_dir
+from annotated_transformer.run.checkpoints import checkpoint_dir
 
 SCRIPT = Path(__file__).with_name("train_copy.py")
 STEPS = 8

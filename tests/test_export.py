@@ -13,9 +13,10 @@ ct2 = pytest.importorskip("ctranslate2")
 from annotated_transformer.cli import main
 from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
-from annotated_transformer.ct2 import CT2Translator, export_ctranslate2
+from annotated_transformer.exports.ct2 import CT2Translator, export_ctranslate2
 from annotated_transformer.formats import BOS_ID, EOS_ID
 from annotated_transformer.translator import Translator
+from annotated_transformer.run.pretrained import load_translator
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
 
 
@@ -46,13 +47,13 @@ def test_scores_and_greedy_match(tmp_path, sp, changes):
 
 
 def test_shipped_model_greedy_identical(multi30k, tmp_path):
-    translator = Translator.from_pretrained(SHIPPED, device="cpu")
+    translator = load_translator(SHIPPED, device="cpu", precision="fp32")
     out = tmp_path / "ct2"
     assert main(["export", "--model-dir", str(SHIPPED), "--to", "ctranslate2",
                  str(out)]) == 0
     sources = (multi30k / "test_2016_flickr.en").read_text().splitlines()[:30]
     sources = [normalize_line(s) for s in sources] + [""]
-    ours = translator.translate(sources, beam_size=1, precision="fp32")   # as CT2's
+    ours = translator.translate(sources, beam_size=1)   # fp32, as CT2's
     assert CT2Translator(out).translate(sources, beam_size=1) == ours
     assert ours[-1] == ""
 

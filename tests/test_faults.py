@@ -26,14 +26,16 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from annotated_transformer import checkpoints, trainer
-from annotated_transformer.checkpoints import (
+from annotated_transformer.run import checkpoints, trainer
+from annotated_transformer.run.checkpoints import (
     checkpoint_dir, list_checkpoints, load_checkpoint, model_tensors, save_checkpoint)
-from annotated_transformer.durable import CheckpointWriteError, replace_durably, write_durably
+from annotated_transformer.run.durable import CheckpointWriteError, replace_durably, write_durably
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.trainer import TrainConfig, TrainingInterrupted, train
-from annotated_transformer.training import (
-    log_metrics, make_optimizer, read_metrics, truncate_metrics)
+from annotated_transformer.run.processes import TrainingInterrupted
+from annotated_transformer.run.trainer import TrainConfig, train
+from annotated_transformer.training import make_optimizer
+from annotated_transformer.run.checkpoints import log_metrics, read_metrics, truncate_metrics
+from annotated_transformer.run.pretrained import save_translator
 
 import train_copy                                  # tests/train_copy.py
 
@@ -212,7 +214,7 @@ def test_a_download_is_flushed_before_and_after_each_rename(tmp_path, monkeypatc
     import hashlib
     import http.server
     from annotated_transformer.formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
-    from annotated_transformer.hub import download_model
+    from annotated_transformer.run.hub import download_model
 
     remote = tmp_path / "www/toy"
     remote.mkdir(parents=True)
@@ -412,7 +414,7 @@ if __name__ == "__main__":        # the SIGTERM test's driver: `TrainingInterrup
 
 
 def tiny_translator():
-    "A tiny model with the shipped tokenizer: what `save_pretrained` writes, small."
+    "A tiny model with the shipped tokenizer: what `save_translator` writes, small."
     from annotated_transformer.data import load_tokenizer
     from annotated_transformer.translator import Translator
     sp = load_tokenizer(Path(__file__).resolve().parents[1]
@@ -429,7 +431,7 @@ def test_a_model_directory_is_flushed_before_and_after_each_rename(tmp_path,
                                                                    monkeypatch):
     translator = tiny_translator()
     flushed = record_fsyncs(monkeypatch)
-    folder = translator.save_pretrained(tmp_path / "model")
+    folder = save_translator(translator, tmp_path / "model")
     # each file under a temporary name, flushed, renamed into place, then its folder
     assert [p.name.split(".")[1:3] for p in flushed[0::2]] == [
         n.split(".") for n in MODEL_FILES]                    # .model.safetensors.x1y2
@@ -439,7 +441,7 @@ def test_a_model_directory_is_flushed_before_and_after_each_rename(tmp_path,
 
 def test_a_full_disk_while_saving_a_model_is_one_line(tmp_path, monkeypatch):
     translator = tiny_translator()
-    folder = translator.save_pretrained(tmp_path / "model")
+    folder = save_translator(translator, tmp_path / "model")
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
 
     def no_room(*args, **kwargs):          # what safetensors raises on a full disk
@@ -447,7 +449,7 @@ def test_a_full_disk_while_saving_a_model_is_one_line(tmp_path, monkeypatch):
                               "device (os error 28)")
     monkeypatch.setattr(checkpoints, "save_file", no_room)
     with pytest.raises(CheckpointWriteError) as caught:
-        translator.save_pretrained(folder)
+        save_translator(translator, folder)
     message = str(caught.value)
     assert "\n" not in message and message.startswith(
         f"no space left on device for model directory {folder}: it needs at least ")
@@ -480,7 +482,7 @@ def test_replacing_a_folder_leaves_the_users_other_folders_alone(tmp_path):
 
 def test_one_file_rewritten_keeps_no_temporary_file_on_any_error(tmp_path):
     "An error that is not a full disk passes through unchanged, and cleans up."
-    from annotated_transformer.durable import write_files
+    from annotated_transformer.run.durable import write_files
 
     def denied(path):
         path.write_text("half")
@@ -549,7 +551,7 @@ def test_a_run_clears_what_a_killed_save_left(tmp_path):
 
 def test_clear_staged_puts_back_an_old_folder_that_lost_its_replacement(tmp_path):
     "Killed between a swap's two renames: the folder moved aside is the only copy."
-    from annotated_transformer.durable import clear_staged
+    from annotated_transformer.run.durable import clear_staged
     (tmp_path / ".out.4242.old").mkdir()
     (tmp_path / ".out.4242.old" / "x").write_text("old")
     (tmp_path / ".out.q8r7s6t5").mkdir()                  # its replacement, half written

@@ -35,37 +35,68 @@ def test_the_scan_would_catch_one(tmp_path, monkeypatch):
     assert private_imports() == ["a.py: b._secret"]
 
 
-def core_graph(package: Path = None) -> dict[str, set[str]]:
-    """Which core modules each core module imports, relative (`from .x import ...`,
-    `from . import x`) or absolute (`from annotated_transformer.x import ...`,
-    `import annotated_transformer.x`, `from annotated_transformer import x`)."""
+LAYERS = {"run": 1, "engines": 2, "exports": 3, "cli": 4, "__main__": 4, "lab": 5}
+LAYER_NAMES = ["core", "run", "engines", "exports", "cli", "lab"]
+
+
+def module_name(path: Path, package: Path) -> str:
+    "`run.trainer` for run/trainer.py, `engines` for engines/__init__.py, `model`, ..."
+    parts = list(path.relative_to(package).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
+
+
+def layer(module: str) -> int:
+    "0 for the core's modules (and the package itself), then run, engines, ..., lab."
+    return LAYERS.get(module.split(".")[0], 0)
+
+
+def import_graph(package: Path = None) -> dict[str, set[str]]:
+    """Which of the package's modules each of its modules imports, relative
+    (`from .x import`, `from ..x import`, `from . import x`) or absolute
+    (`from annotated_transformer.x import`, `import annotated_transformer.x`): each
+    named by `module_name`, the package itself "__init__"."""
     package = package or PACKAGE
-    graph, stems = {}, {p.stem for p in package.glob("*.py")}
     name = "annotated_transformer"
+    known = {module_name(p, package) for p in package.rglob("*.py")}
 
-    def target(module: str, names) -> set[str]:
-        "The core modules (or the package, '__init__') that importing `names` loads."
-        if module:
-            first = module.split(".")[0]
-            return {first if first in stems else "__init__"}
-        return {a.name if a.name in stems else "__init__" for a in names}
+    def resolve(dotted: str, names) -> set[str]:
+        "The modules that importing `names` from `dotted` ('': the package) loads."
+        found = set()
+        for a in names or [None]:
+            full = ".".join(x for x in (dotted, a.name if a else "") if x)
+            found.add(full if full in known else dotted if dotted in known
+                      else dotted.split(".")[0] if dotted else "__init__")
+        return found
 
-    for path in sorted(package.glob("*.py")):
+    graph = {}
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "_modidx.py":
+            continue
+        here = module_name(path, package)
+        inside = [] if here == "__init__" else here.split(".")
+        base = inside if path.name == "__init__.py" else inside[:-1]  # its package
         deps = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                deps |= target(node.module, node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and (
+            if isinstance(node, ast.ImportFrom) and node.level > 0:
+                up = base[:len(base) - (node.level - 1)]
+                deps |= resolve(".".join(up + [node.module or ""]).strip("."),
+                                node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and (
                     node.module == name or node.module.startswith(name + ".")):
-                rest = node.module[len(name) + 1:]
-                if not rest.startswith("lab"):
-                    deps |= target(rest, node.names)
+                deps |= resolve(node.module[len(name) + 1:], node.names)
             elif isinstance(node, ast.Import):
                 for a in node.names:
-                    if a.name.startswith(name + ".") and not a.name.startswith(name + ".lab"):
-                        deps |= target(a.name[len(name) + 1:], [])
-        graph[path.stem] = deps - {path.stem}
+                    if a.name.startswith(name + "."):
+                        deps |= resolve(a.name[len(name) + 1:], None)
+        graph[here] = deps - {here}
     return graph
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    "Each import of a module of a later layer (core < run < engines < exports < cli)."
+    return sorted(f"{m} ({LAYER_NAMES[layer(m)]}) imports {d} ({LAYER_NAMES[layer(d)]})"
+                  for m, deps in graph.items() for d in deps
+                  if d != "__init__" and layer(d) > layer(m))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -87,12 +118,36 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_core_has_no_import_cycle():
-    graph = core_graph()
-    assert {"formats", "distributed", "batching", "training"} <= set(graph)
+def test_the_package_has_no_import_cycle():
+    graph = import_graph()
+    assert {"formats", "run.processes", "batching", "training", "engines.static",
+            "exports.onnx", "cli"} <= set(graph)
     assert cycles({k: v for k, v in graph.items() if k != "__init__"}) == []
     # the package imports its modules; none of them imports the package back
     assert not any("__init__" in deps for deps in graph.values())
+
+
+def test_imports_run_one_way_through_the_layers():
+    """core <- run <- engines <- exports <- the command line: the core imports neither
+    subpackage, the machinery no engine, and nothing below imports the command line."""
+    graph = import_graph()
+    assert upward_imports(graph) == []
+    assert {d for m, deps in graph.items() if layer(m) == 0 for d in deps} <= {
+        m for m in graph if layer(m) == 0}
+
+
+def test_the_layer_scan_would_catch_an_upward_import(tmp_path):
+    (tmp_path / "__init__.py").write_text("from .model import f\n")
+    (tmp_path / "model.py").write_text("def f():\n    from .run.trainer import train\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "__init__.py").write_text("")
+    (tmp_path / "run" / "trainer.py").write_text("from ..model import f\n"
+                                                 "import annotated_transformer.cli\n")
+    (tmp_path / "cli.py").write_text("from annotated_transformer.run import trainer\n")
+    graph = import_graph(tmp_path)
+    assert graph["run.trainer"] == {"model", "cli"} and graph["cli"] == {"run.trainer"}
+    assert upward_imports(graph) == ["model (core) imports run.trainer (run)",
+                                     "run.trainer (run) imports cli (cli)"]
 
 
 def test_the_cycle_check_would_catch_one():
@@ -106,8 +161,8 @@ def test_the_scan_reads_absolute_imports(tmp_path):
     (tmp_path / "cli.py").write_text("from annotated_transformer import __version__\n")
     (tmp_path / "model.py").write_text("import annotated_transformer.cli\n"
                                        "from annotated_transformer.lab import copying\n")
-    graph = core_graph(tmp_path)
-    assert graph["cli"] == {"__init__"} and graph["model"] == {"cli"}
+    graph = import_graph(tmp_path)
+    assert graph["cli"] == {"__init__"} and graph["model"] == {"cli", "lab"}
     assert any("__init__" in deps for deps in graph.values())   # what the test above refuses
 
 
@@ -140,8 +195,8 @@ def test_the_self_import_scan_would_catch_one(tmp_path):
         "a.py:1: annotated_transformer.training", "a.py:4: annotated_transformer"]
 
 
-def test_no_core_module_over_300_lines():
-    "One concern per module: a core module past 300 lines is doing too much (issue 38)."
-    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines())
-             for p in PACKAGE.glob("*.py") if p.name != "_modidx.py"}   # nbdev's index
+def test_no_module_over_300_lines():
+    "One job per module: a module past 300 lines is doing too much (issues 38 and 55)."
+    sizes = {str(p.relative_to(PACKAGE)): len(p.read_text(encoding="utf-8").splitlines())
+             for p in PACKAGE.rglob("*.py") if p.name != "_modidx.py"}   # nbdev's index
     assert {name: n for name, n in sizes.items() if n > 300} == {}

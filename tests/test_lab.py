@@ -15,7 +15,8 @@ from setuptools import find_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "annotated_transformer"
-CORE = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.stem.startswith("_"))
+CORE = sorted(p.stem for p in PACKAGE.glob("*.py")             # the core: not the CLI
+              if not p.stem.startswith("_") and p.stem != "cli")
 LAB = sorted(p.stem for p in (PACKAGE / "lab").glob("*.py") if not p.stem.startswith("_"))
 
 
@@ -110,7 +111,7 @@ def test_the_wheel_carries_the_lab():
 def test_the_sweep_is_a_data_file_not_constants_of_the_lab():
     from annotated_transformer.lab import ablations
     from annotated_transformer.model import TransformerConfig
-    from annotated_transformer.trainer import TrainConfig
+    from annotated_transformer.run.trainer import TrainConfig
     assert not [n for n in ablations.__all__ if n.isupper()], ablations.__all__
     for name in ("table3_variants.json", "table3_paired.json", "table3_seeds.json"):
         spec = json.loads((ROOT / "bench" / name).read_text())

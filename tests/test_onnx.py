@@ -19,11 +19,12 @@ pytest.importorskip("onnxscript")
 from annotated_transformer.cli import main
 from annotated_transformer.data import normalize_line
 from annotated_transformer.decoding import greedy_decode, output_ids
-from annotated_transformer.onnx import (ONNX_FILES, OnnxTranslator, _exact_halves,
+from annotated_transformer.exports.onnx import (ONNX_FILES, OnnxTranslator, _exact_halves,
                                         _onnx_graphs, _onnx_greedy, export_onnx,
                                         onnx_log_probs)
 from annotated_transformer.formats import BOS_ID, PAD_ID
 from annotated_transformer.translator import Translator, TruncationWarning, corpus_bleu
+from annotated_transformer.run.pretrained import load_translator
 from small_models import SHIPPED, VARIANT_IDS, VARIANTS, small_translator
 
 
@@ -156,7 +157,7 @@ def shipped_onnx(tmp_path_factory):
 
 
 def test_shipped_model_log_probs_within_1e4(multi30k, shipped_onnx, sp):
-    translator = Translator.from_pretrained(SHIPPED, device="cpu")
+    translator = load_translator(SHIPPED, device="cpu")
     engine = OnnxTranslator(shipped_onnx)
     src = (multi30k / "test_2016_flickr.en").read_text().splitlines()[:50]
     ref = (multi30k / "test_2016_flickr.de").read_text().splitlines()[:50]
@@ -171,10 +172,10 @@ def test_shipped_model_log_probs_within_1e4(multi30k, shipped_onnx, sp):
 
 
 def test_shipped_model_greedy_identical_and_int8_bleu(multi30k, shipped_onnx, tmp_path):
-    translator = Translator.from_pretrained(SHIPPED, device="cpu")
+    translator = load_translator(SHIPPED, device="cpu", precision="fp32")
     src = (multi30k / "test_2016_flickr.en").read_text().splitlines()
     ref = (multi30k / "test_2016_flickr.de").read_text().splitlines()
-    ours = translator.translate(src + [""], beam_size=1, precision="fp32")
+    ours = translator.translate(src + [""], beam_size=1)
     theirs = OnnxTranslator(shipped_onnx).translate(src + [""])
     assert theirs == ours and theirs[-1] == ""
     int8 = tmp_path / "int8"

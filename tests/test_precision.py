@@ -16,14 +16,14 @@ from dataclasses import replace
 import pytest
 import torch
 
-from annotated_transformer import recipe as recipe_mod
+from annotated_transformer.run import recipe as recipe_mod
 from annotated_transformer import precision as precision_mod
-from annotated_transformer import trainer
-from annotated_transformer.checkpoints import CheckpointError, list_checkpoints, read_state
+from annotated_transformer.run import trainer
+from annotated_transformer.run.checkpoints import CheckpointError, list_checkpoints, read_state
 from annotated_transformer.cli import _parser
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.recipe import TranslationRecipe, _open_run, select_average
-from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.run.recipe import TranslationRecipe, _open_run, select_average
+from annotated_transformer.run.trainer import TrainConfig, train
 from annotated_transformer.lab.copying import copy_task
 from annotated_transformer.precision import native_bf16, resolve_precision, warn_if_emulated
 
@@ -98,7 +98,7 @@ def test_defaults_are_auto():
     assert TrainConfig.preset("copy_quick").precision == "fp32"
     import inspect
     from annotated_transformer.translator import Translator
-    assert inspect.signature(Translator.translate).parameters["precision"].default == "auto"
+    assert inspect.signature(Translator).parameters["precision"].default == "auto"
 
 
 def test_cli_default_is_auto():
@@ -214,25 +214,23 @@ def test_select_average_breaks_ties_to_the_fewest(monkeypatch, scores, chosen):
 
 def test_precision_names_are_defined_once():
     """The list of precisions lives in precision.py alone; every other module takes it
-    from there (a translator's int8 extends it)."""
+    from there (the engines' int8 extends it)."""
     from pathlib import Path
     package = Path(precision_mod.__file__).parent
     listed = re.compile(r'\(\s*"auto",\s*"fp32"|"fp32",\s*"bf16",\s*"fp16"\s*\)')
     found = [p.name for p in sorted(package.rglob("*.py"))
              if listed.search(p.read_text(encoding="utf-8"))]
     assert found == ["precision.py"], found
-    from annotated_transformer.translator import TRANSLATE_PRECISIONS
-    assert set(TRANSLATE_PRECISIONS) - set(precision_mod.PRECISIONS) == {"int8"}
     with pytest.raises(ValueError, match=r"^precision must be 'auto', 'fp32', 'bf16' or "
                                          r"'fp16', got 'fp8'$"):
         precision_mod.check_precision("fp8")
     with pytest.raises(ValueError, match=r"^precision must be 'fp32', 'bf16' or 'fp16', "
                                          r"got 'auto'$"):
         precision_mod.precision_context("auto", "cpu")
-    from annotated_transformer.translator import decoding_precision
+    from annotated_transformer.engines import engine_precision
     with pytest.raises(ValueError, match=r"^precision must be 'auto', 'fp32', 'bf16', "
                                          r"'fp16' or 'int8', got 'fp8'$"):
-        decoding_precision("fp8", torch.device("cpu"))
+        engine_precision("fp8", torch.device("cpu"))
 
 
 def test_read_state_names_the_file(tmp_path):

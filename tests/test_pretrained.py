@@ -1,4 +1,4 @@
-"""Model directories: `save_pretrained` (float32 and 16-bit) and `from_pretrained` from a
+"""Model directories: `save_translator` (float32 and 16-bit) and `load_translator` from a
 directory, from a URL and from the shipped model's name, with the download cache and its checks.
 
 Nothing here reaches the network: the only web server is the test's own, on 127.0.0.1. The
@@ -19,9 +19,10 @@ import torch
 from annotated_transformer.data import load_tokenizer, train_tokenizer
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.cli import main
-from annotated_transformer.hub import (REPOSITORY_URL, SOURCE_REF, DownloadError,
+from annotated_transformer.run.hub import (REPOSITORY_URL, SOURCE_REF, DownloadError,
                                        download_model, model_url)
 from annotated_transformer.translator import Translator
+from annotated_transformer.run.pretrained import load_translator, save_translator
 
 SENTENCES = ["A dog runs on the beach.", "", "Two men are playing chess in a park.",
              "A girl in a red coat.", "Three people sit on a bench near the water."]
@@ -43,7 +44,7 @@ def translator(tmp_path_factory, multi30k):
 
 @pytest.fixture(scope="module")
 def saved(translator, tmp_path_factory):
-    return translator.save_pretrained(tmp_path_factory.mktemp("saved") / "model")
+    return save_translator(translator, tmp_path_factory.mktemp("saved") / "model")
 
 
 class Server:
@@ -105,7 +106,7 @@ def test_save_writes_hashes_dtype_and_readable_files(saved):
 
 
 def test_local_round_trip(translator, saved):
-    loaded = Translator.from_pretrained(saved, device="cpu")
+    loaded = load_translator(saved, device="cpu")
     for (name, a), b in zip(translator.model.state_dict().items(),
                             loaded.model.state_dict().values()):
         assert torch.equal(a, b), name
@@ -114,12 +115,12 @@ def test_local_round_trip(translator, saved):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_16_bit_storage(translator, saved, tmp_path, dtype):
-    half = translator.save_pretrained(tmp_path / "half", dtype=dtype)
+    half = save_translator(translator, tmp_path / "half", dtype=dtype)
     assert json.loads((half / "config.json").read_text())["dtype"] == str(dtype)[6:]
     full_size = (saved / "model.safetensors").stat().st_size
     assert (half / "model.safetensors").stat().st_size < 0.6 * full_size
     assert next(translator.model.parameters()).dtype == torch.float32  # not cast in place
-    loaded = Translator.from_pretrained(half, device="cpu")
+    loaded = load_translator(half, device="cpu")
     for (name, a), b in zip(translator.model.state_dict().items(),
                             loaded.model.state_dict().values()):
         assert b.dtype == torch.float32, name
@@ -140,8 +141,8 @@ def test_float16_keeps_the_output(translator, tmp_path):
 
     reference, error = logits(translator), {}
     for dtype in (torch.float16, torch.bfloat16):
-        loaded = Translator.from_pretrained(
-            translator.save_pretrained(tmp_path / str(dtype), dtype=dtype), device="cpu")
+        loaded = load_translator(
+            save_translator(translator, tmp_path / str(dtype), dtype=dtype), device="cpu")
         error[dtype] = (logits(loaded) - reference).abs().max().item()
         if dtype == torch.float16:
             assert (loaded.translate(SENTENCES, **GREEDY)
@@ -154,15 +155,15 @@ def test_16_bit_refuses_weights_out_of_range(translator, tmp_path):
     with torch.no_grad():
         big.model.src_embed.weight[0, 0] = 1e6                    # beyond float16's 65504
     with pytest.raises(ValueError, match="cannot hold"):
-        big.save_pretrained(tmp_path / "big", dtype=torch.float16)
+        save_translator(big, tmp_path / "big", dtype=torch.float16)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
-        big.save_pretrained(tmp_path / "big", dtype=torch.int8)
+        save_translator(big, tmp_path / "big", dtype=torch.int8)
 
 
 def test_download_equals_local_and_is_cached(translator, saved, server, tmp_path):
     url = server.serve("models/tiny", saved)
     cache = tmp_path / "cache"
-    first = Translator.from_pretrained(url, device="cpu", cache_dir=cache)
+    first = load_translator(url, device="cpu", cache_dir=cache)
     assert first.translate(SENTENCES, **GREEDY) == translator.translate(SENTENCES, **GREEDY)
     assert sorted(server.requests) == ["/models/tiny/config.json",
                                        "/models/tiny/model.safetensors",
@@ -172,11 +173,11 @@ def test_download_equals_local_and_is_cached(translator, saved, server, tmp_path
                                                         "tokenizer.model"]
     assert all(mode(p) == 0o644 for p in folder.iterdir())
     server.requests.clear()
-    again = Translator.from_pretrained(url + "/", device="cpu", cache_dir=cache)
+    again = load_translator(url + "/", device="cpu", cache_dir=cache)
     assert server.requests == []                                  # from the cache
     assert again.translate(SENTENCES, **GREEDY) == first.translate(SENTENCES, **GREEDY)
     (folder / "tokenizer.model").unlink()                         # a damaged cache
-    Translator.from_pretrained(url, device="cpu", cache_dir=cache)
+    load_translator(url, device="cpu", cache_dir=cache)
     assert sorted(server.requests) == ["/models/tiny/config.json",
                                        "/models/tiny/tokenizer.model"]
 
@@ -185,18 +186,18 @@ def test_extra_files_are_listed_and_downloaded(translator, server, tmp_path):
     directory = tmp_path / "with_log"
     directory.mkdir()
     (directory / "training_log.jsonl").write_text('{"step": 1}\n')
-    translator.save_pretrained(directory, extra_files=["training_log.jsonl"])
+    save_translator(translator, directory, extra_files=["training_log.jsonl"])
     files = json.loads((directory / "config.json").read_text())["files"]
     assert files["training_log.jsonl"] == hashlib.sha256(b'{"step": 1}\n').hexdigest()
     assert mode(directory / "training_log.jsonl") == 0o644
     folder = download_model(server.serve("log", directory), cache_dir=tmp_path / "cache")
     assert len(server.requests) == 4
     assert (folder / "training_log.jsonl").read_text() == '{"step": 1}\n'
-    assert Translator.from_pretrained(folder).directory == folder
+    assert load_translator(folder).directory == folder
 
 
 def test_listed_names_must_be_plain_file_names(translator, server, tmp_path):
-    directory = translator.save_pretrained(tmp_path / "bad")
+    directory = save_translator(translator, tmp_path / "bad")
     config = json.loads((directory / "config.json").read_text())
     config["files"]["../escape.txt"] = "0" * 64
     (directory / "config.json").write_text(json.dumps(config))
@@ -226,7 +227,7 @@ def test_broken_download_is_refused_and_not_kept(saved, server, tmp_path, damage
         server.truncate.add(weights)
     cache = tmp_path / "cache"
     with pytest.raises(DownloadError) as e:
-        Translator.from_pretrained(url, device="cpu", cache_dir=cache)
+        load_translator(url, device="cpu", cache_dir=cache)
     message = str(e.value)
     assert message.startswith(f"{url}/model.safetensors: ") and "not kept" in message
     if damage == "corrupt":
@@ -239,7 +240,7 @@ def test_broken_download_is_refused_and_not_kept(saved, server, tmp_path, damage
     assert left in ([], ["tokenizer.model"])   # no weights, no config.json: never whole
     server.files[weights] = (saved / "model.safetensors").read_bytes()  # repaired
     server.truncate.clear()
-    Translator.from_pretrained(url, device="cpu", cache_dir=cache)
+    load_translator(url, device="cpu", cache_dir=cache)
 
 
 def test_unreachable_and_missing_give_clear_errors(saved, server, tmp_path, monkeypatch,
@@ -277,19 +278,19 @@ def test_shipped_model_name(saved, server, tmp_path, monkeypatch, translator):
     url = server.serve(path, saved)
     monkeypatch.setenv("AT_MODEL_HOST", server.url + "/")
     assert model_url("multi30k_en_de") == url
-    loaded = Translator.from_pretrained("multi30k_en_de", device="cpu", cache_dir=tmp_path)
+    loaded = load_translator("multi30k_en_de", device="cpu", cache_dir=tmp_path)
     assert loaded.translate(SENTENCES, **GREEDY) == translator.translate(SENTENCES, **GREEDY)
     assert server.requests and all(r.startswith(f"/{path}/") for r in server.requests)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match="no such model directory"):
-        Translator.from_pretrained("multi30k_en_de_v2")        # neither a name nor a folder
+        load_translator("multi30k_en_de_v2")        # neither a name nor a folder
 
 
 def test_shipped_model_at_a_missing_ref_is_a_404(server, tmp_path, monkeypatch):
     "Nothing is served at the ref: the download fails with the URL and the HTTP status."
     monkeypatch.setenv("AT_MODEL_HOST", server.url)
     with pytest.raises(DownloadError, match=rf"{SOURCE_REF}/models/multi30k_en_de.*404"):
-        Translator.from_pretrained("multi30k_en_de", device="cpu", cache_dir=tmp_path)
+        load_translator("multi30k_en_de", device="cpu", cache_dir=tmp_path)
 
 
 def test_cli_translates_from_a_url(saved, server, tmp_path, monkeypatch, capsys):

@@ -11,7 +11,7 @@ from torch import nn
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
-from annotated_transformer.quantization import (Int8MultiHeadAttention, bf16_weights,
+from annotated_transformer.engines.quantization import (Int8MultiHeadAttention, bf16_weights,
                                                 column_major, quantize_int8)
 from annotated_transformer.precision import precision_context
 
@@ -82,7 +82,7 @@ def test_column_major_copy_keeps_values_ties_and_outputs(model, src):
 def test_translator_copies_follow_the_weights(model):
     """A decoding copy is made once and made again after the model's weights change in
     place (an optimiser step), never a stale one."""
-    from annotated_transformer.quantization import decoding_model
+    from annotated_transformer.engines.quantization import decoding_model
     cpu, kept = torch.device("cpu"), {}
     first = {p: decoding_model(model, p, cpu, kept) for p in ("fp32", "int8")}
     assert all(decoding_model(model, p, cpu, kept) is m for p, m in first.items())
@@ -99,25 +99,30 @@ def test_translator_copies_follow_the_weights(model):
 
 
 def test_translator_int8_only_on_the_cpu(monkeypatch):
-    from annotated_transformer.translator import _decoding_precision
+    from annotated_transformer.engines import engine_precision
     with pytest.raises(ValueError, match="int8 runs on the CPU"):
-        _decoding_precision("int8", torch.device("meta"), set(), progress=False)
+        engine_precision("int8", torch.device("meta"))
 
 
 def test_translator_fp32_runs_the_models_hooks():
-    """A hook on the model must act on float32 translation: with one set, the translator
-    decodes with the model itself, not with its column-major copy."""
+    """A hook on the model must act on float32 translation: with one set when the eager
+    engine decides, the translator decodes with the model itself, not with its
+    column-major copy."""
     from pathlib import Path
-    from annotated_transformer.translator import Translator
+    from annotated_transformer.engines import eager
+    from annotated_transformer.run.pretrained import load_translator
     shipped = Path(__file__).resolve().parents[1] / "models" / "multi30k_en_de"
-    translator = Translator.from_pretrained(shipped, device="cpu")
-    plain = translator.translate("A dog runs.", beam_size=1, precision="fp32")
+    fp32 = dict(precision="fp32", engine=eager, say=False)
+    translator = load_translator(shipped, device="cpu")
+    plain = translator.use(**fp32).translate("A dog runs.", beam_size=1)
+    assert translator.decoding.model is not translator.model          # the copy
     boost = translator.sp.piece_to_id("▁Katze")
     favour = lambda module, args, out: out + 100.0 * (torch.arange(out.size(-1)) == boost)
     hook = translator.model.generator.register_forward_hook(favour)
     try:
-        hooked = translator.translate("A dog runs.", beam_size=1, precision="fp32")
+        hooked = translator.use(**fp32).translate("A dog runs.", beam_size=1)
+        assert translator.decoding.model is translator.model
     finally:
         hook.remove()
     assert "Katze" in hooked and hooked != plain
-    assert translator.translate("A dog runs.", beam_size=1, precision="fp32") == plain
+    assert translator.use(**fp32).translate("A dog runs.", beam_size=1) == plain

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import annotated_transformer
-from annotated_transformer import hub
+from annotated_transformer.run import hub
 
 ROOT = Path(__file__).resolve().parents[1]
 REPO = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
@@ -55,7 +55,7 @@ def named_refs() -> list[tuple[str, str, str | None]]:
                 path = m.groupdict().get("path")
                 found.append((str(f.relative_to(ROOT)), m["ref"], path and path.rstrip("/.")))
     found.append(("_config.yml (repository.branch)", REPO["branch"], None))
-    found.append(("annotated_transformer/hub.py (SOURCE_REF)", hub.SOURCE_REF, None))
+    found.append(("annotated_transformer/run/hub.py (SOURCE_REF)", hub.SOURCE_REF, None))
     return found
 
 

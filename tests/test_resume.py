@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from annotated_transformer.checkpoints import (checkpoint_dir, checkpoint_step,
+from annotated_transformer.run.checkpoints import (checkpoint_dir, checkpoint_step,
                                                list_checkpoints)
 
 SCRIPT = Path(__file__).with_name("train_copy.py")

@@ -12,9 +12,9 @@ import torch
 from annotated_transformer.decoding import beam_search, greedy_decode
 from annotated_transformer.formats import PAD_ID
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer import compiled
-from annotated_transformer.compiled import CompiledStep
-from annotated_transformer.static import (StaticCache, bucket, static_beam_search,
+from annotated_transformer.engines import compiling
+from annotated_transformer.engines.compiling import CompiledStep
+from annotated_transformer.engines.static import (StaticCache, bucket, static_beam_search,
                                           static_greedy_decode, static_step)
 
 VARIANTS = [{}, {"norm_first": True, "activation": "gelu"},
@@ -165,7 +165,7 @@ def test_compiled_step_gives_the_eager_tokens(kept, monkeypatch):
     src, step = padded_sources(2), CompiledStep(cache_dir=kept)
     assert (src == PAD_ID).any()
     limit = dict(max_len_a=0, max_len_b=16)
-    compiled.compile_trial({}, step.folder)            # what the trial alone keeps
+    compiling.compile_trial({}, step.folder)            # what the trial alone keeps
     trial_graphs = fxgraphs(step.folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # a failure is reported below
@@ -189,7 +189,7 @@ def eager_step(monkeypatch, ok=True, why=""):
     trials = []
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
-    monkeypatch.setattr(compiled, "_run_trial",
+    monkeypatch.setattr(compiling, "_run_trial",
                         lambda options, folder: trials.append(folder) or
                         {"ok": ok, "why": why, "keep_s": None if ok else 0})
     return trials
@@ -198,7 +198,7 @@ def eager_step(monkeypatch, ok=True, why=""):
 def test_a_crash_in_the_trial_costs_the_child_and_is_remembered(tmp_path, monkeypatch):
     "A segfault while compiling cannot be caught: the trial's child takes it instead."
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
-    monkeypatch.setattr(compiled, "_TRIAL_CODE",
+    monkeypatch.setattr(compiling, "_TRIAL_CODE",
                         "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
     model, src = small_model(), padded_sources(3)
     cache = tmp_path / ("a-long-folder-name-" * 8)    # the whole path is told all the same
@@ -216,7 +216,7 @@ def test_a_crash_in_the_trial_costs_the_child_and_is_remembered(tmp_path, monkey
 def test_a_long_reason_from_the_trial_is_cut_to_one_short_line(tmp_path, monkeypatch):
     "A child's last line of any length is kept as 200 characters of it."
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
-    monkeypatch.setattr(compiled, "_TRIAL_CODE", "import sys; sys.exit('x' * 5000)")
+    monkeypatch.setattr(compiling, "_TRIAL_CODE", "import sys; sys.exit('x' * 5000)")
     with pytest.warns(RuntimeWarning) as seen:
         static_greedy_decode(small_model(), padded_sources(2), max_len_b=4,
                              step=CompiledStep(cache_dir=tmp_path))
@@ -275,27 +275,27 @@ def test_a_later_shape_that_fails_to_compile_goes_eager_other_errors_surface(
 
 def test_a_trial_killed_from_outside_is_not_kept(tmp_path, monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # put back after
-    monkeypatch.setattr(compiled, "_TRIAL_CODE",
+    monkeypatch.setattr(compiling, "_TRIAL_CODE",
                         "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
     with pytest.raises(RuntimeError, match="killed by SIGTERM$"):
-        compiled.compile_trial({}, tmp_path)
+        compiling.compile_trial({}, tmp_path)
     assert not list(tmp_path.glob("trial-*.json"))
 
 
 @pytest.mark.parametrize("damage", ["{not json", "[1]", "foreign"])
 def test_a_damaged_or_foreign_verdict_is_tried_again(tmp_path, monkeypatch, damage):
     trials = eager_step(monkeypatch)
-    folder = compiled.compile_dir(tmp_path)
-    record = folder / f"trial-{compiled._digest({})}.json"
+    folder = compiling.compile_dir(tmp_path)
+    record = folder / f"trial-{compiling._digest({})}.json"
     record.parent.mkdir(parents=True)
     record.write_text(json.dumps({"ok": True, "why": "", "options": {}, "setup": {
-        **compiled._setup(), "torch": "1.0"}}) if damage == "foreign" else damage)
+        **compiling._setup(), "torch": "1.0"}}) if damage == "foreign" else damage)
     model, src = small_model(), padded_sources(3)
     step = CompiledStep(cache_dir=tmp_path)
     with pytest.warns(RuntimeWarning, match="trying the compilation again"):
         ids, _ = static_greedy_decode(model, src, max_len_b=8, step=step)
     assert trials == [folder] and step.failed is None
-    assert json.loads(record.read_text())["setup"] == compiled._setup()
+    assert json.loads(record.read_text())["setup"] == compiling._setup()
     assert torch.equal(ids, greedy_decode(model, src, max_len_b=8)[0])
 
 
@@ -303,30 +303,30 @@ def test_a_damaged_verdict_then_a_failure_that_may_pass_leaves_no_verdict(
         tmp_path, monkeypatch):
     "The damaged file goes; the error does not claim a verdict is kept."
     eager_step(monkeypatch, ok=False, why="a trial compilation failed: no cc")
-    record = tmp_path / f"trial-{compiled._digest({})}.json"
+    record = tmp_path / f"trial-{compiling._digest({})}.json"
     record.write_text("{not json")
     with pytest.warns(RuntimeWarning, match="trying the compilation again"):
         with pytest.raises(RuntimeError, match="no cc$"):
-            compiled.compile_trial({}, tmp_path)
+            compiling.compile_trial({}, tmp_path)
     assert not record.exists()
 
 
 def test_a_timeout_is_believed_for_a_day_then_tried_again(tmp_path, monkeypatch):
     "A slow machine costs one trial a day, not one per process."
-    monkeypatch.setattr(compiled, "TRIAL_TIMEOUT", 0.01)
-    monkeypatch.setattr(compiled, "_TRIAL_CODE", "import time; time.sleep(30)")
+    monkeypatch.setattr(compiling, "TRIAL_TIMEOUT", 0.01)
+    monkeypatch.setattr(compiling, "_TRIAL_CODE", "import time; time.sleep(30)")
     with pytest.raises(RuntimeError, match=r"ran over 0.01 s \(kept in .* until .*"
                                            r"delete it to try again sooner\)"):
-        compiled.compile_trial({}, tmp_path)
+        compiling.compile_trial({}, tmp_path)
     record = next(tmp_path.glob("trial-*.json"))
     until = json.loads(record.read_text())["until"]
-    assert until == pytest.approx(time.time() + compiled.TIMEOUT_KEPT, abs=60)
-    monkeypatch.setattr(compiled, "_TRIAL_CODE", "pass")        # would pass now
+    assert until == pytest.approx(time.time() + compiling.TIMEOUT_KEPT, abs=60)
+    monkeypatch.setattr(compiling, "_TRIAL_CODE", "pass")        # would pass now
     with pytest.raises(RuntimeError, match="ran over"):          # but is not run
-        compiled.compile_trial({}, tmp_path)
+        compiling.compile_trial({}, tmp_path)
     monkeypatch.setattr(time, "time", lambda: until + 1)         # a day later
-    monkeypatch.setattr(compiled, "TRIAL_TIMEOUT", 60)
-    compiled.compile_trial({}, tmp_path)
+    monkeypatch.setattr(compiling, "TRIAL_TIMEOUT", 60)
+    compiling.compile_trial({}, tmp_path)
     assert json.loads(record.read_text())["ok"]
 
 
@@ -335,12 +335,12 @@ def test_options_are_json_values_and_match_their_kept_verdict(tmp_path, monkeypa
     list values; an option JSON cannot hold (a function, NaN) is refused when the step
     is made."""
     trials = eager_step(monkeypatch)
-    compiled.compile_trial({"an_option": (8, 16)}, tmp_path)
-    compiled.compile_trial({"an_option": [8, 16]}, tmp_path)
+    compiling.compile_trial({"an_option": (8, 16)}, tmp_path)
+    compiling.compile_trial({"an_option": [8, 16]}, tmp_path)
     assert len(trials) == 1
-    monkeypatch.setattr(compiled, "_COMPILED", {})
-    one = compiled.compiled_step(cache_dir=tmp_path, an_option=[8, 16])
-    assert compiled.compiled_step(cache_dir=tmp_path, an_option=[8, 16]) is one
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    one = compiling.compiled_step(cache_dir=tmp_path, an_option=[8, 16])
+    assert compiling.compiled_step(cache_dir=tmp_path, an_option=[8, 16]) is one
     assert one.options == {"an_option": [8, 16]}
     for bad in (print, float("nan")):
         with pytest.raises(TypeError, match="must be JSON values"):
@@ -352,13 +352,13 @@ def test_a_kept_time_that_is_not_a_time_or_too_far_is_tried_again(tmp_path, monk
                                                                   until):
     "A time in a string, a boolean, or beyond a day from now (a clock set back)."
     trials = eager_step(monkeypatch)
-    record = tmp_path / f"trial-{compiled._digest({})}.json"
-    kept = {"ok": False, "why": "ran over", "options": {}, "setup": compiled._setup(),
-            "until": time.time() + 10 * compiled.TIMEOUT_KEPT if until == "far" else until}
+    record = tmp_path / f"trial-{compiling._digest({})}.json"
+    kept = {"ok": False, "why": "ran over", "options": {}, "setup": compiling._setup(),
+            "until": time.time() + 10 * compiling.TIMEOUT_KEPT if until == "far" else until}
     record.write_text(json.dumps(kept))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        compiled.compile_trial({}, tmp_path)                 # tried again: it passes
+        compiling.compile_trial({}, tmp_path)                 # tried again: it passes
     assert len(trials) == 1 and json.loads(record.read_text())["ok"]
     assert len(caught) == (0 if until in (1e300, "far") else 1)   # a number: expired
 
@@ -381,25 +381,28 @@ def test_a_failed_compilation_warns_once_and_decodes_eagerly(tmp_path, monkeypat
 
 
 def test_the_translator_s_compiled_engine(tmp_path, monkeypatch):
-    """engine="compiled" decodes by part 9b's static search through `CompiledStep`
-    (compiling itself is tested above); where it cannot run, it says why."""
+    """The compiled engine decodes by part 9b's static search through `CompiledStep`,
+    its trial run when the translator decides (compiling itself is tested above); where
+    it cannot run, it says why."""
     from small_models import SHIPPED, small_translator
     from annotated_transformer.data import load_tokenizer
     monkeypatch.setenv("AT_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(compiled, "_COMPILED", {})
-    trials, steps, real = eager_step(monkeypatch), [], compiled.static_step
-    monkeypatch.setattr(compiled, "static_step", lambda *a: steps.append(1) or real(*a))
+    monkeypatch.setattr(compiling, "_COMPILED", {})
+    trials, steps, real = eager_step(monkeypatch), [], compiling.static_step
+    monkeypatch.setattr(compiling, "static_step", lambda *a: steps.append(1) or real(*a))
+    from annotated_transformer import engines
     tr = small_translator(load_tokenizer(SHIPPED / "tokenizer.model"), 0)
     sentences = ["A dog runs.", "", "Two men are playing chess in a park by the river."]
     for k in (1, 3):
-        eager = tr.translate(sentences, beam_size=k, precision="fp32")
-        assert tr.translate(sentences, beam_size=k, engine="compiled") == eager
-    assert steps and trials == [compiled.compile_dir(tmp_path)]      # one trial, kept
+        eager = tr.use(precision="fp32").translate(sentences, beam_size=k)
+        tr.use(engine=engines.compiled, say=False)
+        assert trials == [compiling.compile_dir(tmp_path)]    # the trial: when it decides
+        assert tr.translate(sentences, beam_size=k) == eager
+    assert steps and tr.decoding.engine == "compiled"                # one trial, kept
     with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU; "
                                             "int8 on cpu decodes eagerly"):
-        tr.translate(sentences, engine="compiled", precision="int8")
-    with pytest.raises(ValueError, match="engine must be one of"):
-        tr.translate(sentences, engine="fast")
+        tr.use(engine=engines.compiled, precision="int8")
+    assert tr.decoding.engine == "eager"
 
 
 def test_inductor_s_cache_goes_to_the_step_s_folder_unless_the_user_named_one(

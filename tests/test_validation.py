@@ -12,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from annotated_transformer import batching, checkpoints, data, trainer, training
+from annotated_transformer import batching, data, training
+from annotated_transformer.run import checkpoints, trainer
 from annotated_transformer.lab import copying as copy_lab
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.utils import optional_import
@@ -460,9 +461,9 @@ def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):
     different depth inside the package); one string honours `progress` as a list does."""
     from small_models import small_translator
     from annotated_transformer import TruncationWarning
-    translator = small_translator(sp, seed=0)                      # max_len 96
+    translator = small_translator(sp, seed=0).use(precision="fp32")   # max_len 96
     long = "A dog runs along the beach. " * 20
-    options = dict(beam_size=1, max_len_b=8, precision="fp32")
+    options = dict(beam_size=1, max_len_b=8)
     for sentences, index in ((["A cat.", long], 1), (long, 0)):
         with pytest.warns(TruncationWarning) as caught:
             translator.translate(sentences, **options)

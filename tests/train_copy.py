@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 from annotated_transformer.model import TransformerConfig, make_model
-from annotated_transformer.distributed import init_distributed
-from annotated_transformer.trainer import TrainConfig, train
+from annotated_transformer.run.processes import init_distributed
+from annotated_transformer.run.trainer import TrainConfig, train
 from annotated_transformer.lab.copying import copy_task
 
 VOCAB_SIZE = 16

@@ -31,7 +31,7 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 # until then they install the repository at `SOURCE_REF` (part 11a): `main` between releases,
 # the release's tag in a release commit.
 ON_INDEX = False
-EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.hub|\.translator|\.recipe|\.cli)?"
+EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.run\.hub|\.run\.pretrained|\.translator|\.run\.recipe|\.cli)?"
           r" import|^import annotated_transformer$", "viz": r"\bmatplotlib\b",
           "deploy": r"\bctranslate2\b", "web": r"\bonnxruntime\b"}
 # what each extra brings, by import name: the cell installs where one of them is missing
@@ -75,7 +75,7 @@ def install_cell(code: str) -> str:
     url = yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"]
     init = (root / "annotated_transformer/__init__.py").read_text()
     version = re.search(r'__version__ = "([^"]+)"', init).group(1)
-    hub = (root / "annotated_transformer/hub.py").read_text()
+    hub = (root / "annotated_transformer/run/hub.py").read_text()
     ref = re.search(r'^SOURCE_REF = "([^"]+)"', hub, re.M).group(1)
     chosen = [k for k, rx in EXTRAS.items() if re.search(rx, code, re.M)]
     extras = ",".join(chosen)

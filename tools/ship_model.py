@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.formats import CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE
-from annotated_transformer.translator import Translator, corpus_bleu
+from annotated_transformer.translator import corpus_bleu
+from annotated_transformer.run.pretrained import load_translator, save_translator
 from annotated_transformer.utils import hardware
 
 LOG_FILE = "training_log.jsonl"
@@ -41,8 +42,8 @@ d_model {d_model}, d_ff {d_ff}, {n_heads} heads, {params:,} parameters, one shar
 sentencepiece BPE vocabulary of {vocab:,} pieces, tied embeddings and output layer.
 
 ```python
-from annotated_transformer import Translator
-translator = Translator.from_pretrained("multi30k_en_de")  # this folder, downloaded once
+from annotated_transformer.run.pretrained import load_translator
+translator = load_translator("multi30k_en_de")  # this folder, downloaded once
 translator.translate(["A dog runs in the snow."])
 ```
 
@@ -116,17 +117,17 @@ def main():
     ap.add_argument("--note", default="", help="a paragraph for the card, under the result")
     a = ap.parse_args()
 
-    run = Translator.from_pretrained(a.run_dir)
+    run = load_translator(a.run_dir)
     if a.out_dir.exists():
         shutil.rmtree(a.out_dir)
     a.out_dir.mkdir(parents=True)
     shutil.copyfile(a.run_dir / CHECKPOINTS_DIR / METRICS_FILE, a.out_dir / LOG_FILE)
-    run.save_pretrained(a.out_dir, dtype=torch.float16, extra_files=[LOG_FILE])
-    shipped = Translator.from_pretrained(a.out_dir)
+    save_translator(run, a.out_dir, dtype=torch.float16, extra_files=[LOG_FILE])
+    shipped = load_translator(a.out_dir)
 
     src, ref = read(a.data / "test_2016_flickr.en"), read(a.data / "test_2016_flickr.de")
     t0 = time.perf_counter()
-    hyps = shipped.translate(src, beam_size=4, alpha=0.6, batch_size=64, precision="fp32")
+    hyps = shipped.use(precision="fp32").translate(src, beam_size=4, alpha=0.6, batch_size=64)
     seconds = time.perf_counter() - t0
     score, signature = corpus_bleu(hyps, ref)
     print(score, signature, sep="\n")

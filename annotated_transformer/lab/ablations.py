@@ -20,9 +20,9 @@ from ..multihead import MultiHeadAttention
 from ..model import TransformerConfig, make_model
 from ..batching import (
     TokenBatchSampler, fits, fixed_batches, pair_lengths)
-from ..training import (
-    evaluate, label_smoothing_loss, lrate, read_metrics)
-from ..trainer import TrainConfig, train
+from ..training import evaluate, label_smoothing_loss, lrate
+from ..run.checkpoints import read_metrics
+from ..run.trainer import TrainConfig, train
 from ..data import (
     load_multi30k, load_tokenizer, to_pairs, train_tokenizer)
 from ..translator import Translator, corpus_bleu
@@ -157,8 +157,8 @@ def length_split_scores(model: nn.Module, valid, cap: int, c: TrainConfig) -> di
 def val_bleu(model: nn.Module, data: dict, n: int | None = 200) -> dict:
     "sacreBLEU of beam-4 translations (§6.1) of the first `n` validation sentences."
     cpu, wall = time.process_time(), time.perf_counter()
-    hyps = Translator(model, data["sp"]).translate(data["val_src"][:n], batch_size=100,
-                                                   precision="fp32")
+    hyps = Translator(model, data["sp"], precision="fp32").translate(
+        data["val_src"][:n], batch_size=100)
     bleu = corpus_bleu(hyps, data["val_ref"][:n])[0].score
     return {"val_bleu": bleu, "bleu_sentences": len(hyps),
             "bleu_cpu_s": time.process_time() - cpu,

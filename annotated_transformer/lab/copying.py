@@ -15,8 +15,8 @@ import torch
 from ..formats import CHECKPOINTS_DIR, FIRST_WORD_ID, WEIGHTS_FILE
 from ..utils import check_number, default_device
 from ..model import Transformer, TransformerConfig, make_model
-from ..checkpoints import load_weights, save_weights
-from ..trainer import TrainConfig, train
+from ..run.checkpoints import load_weights, save_weights
+from ..run.trainer import TrainConfig, train
 
 # %% ../../nbs/06d_copy.ipynb #04c92648
 def copy_task(n_pairs: int, vocab_size: int = 16, shortest: int = 4, longest: int = 12,

@@ -136,11 +136,12 @@ def sources(multi30k):
 
 def test_page_translates_as_python_does(server, browser, sources):
     import torch
-    from annotated_transformer import OnnxTranslator, Translator
+    from annotated_transformer.exports.onnx import OnnxTranslator
+    from annotated_transformer.run.pretrained import load_translator
     from annotated_transformer.data import normalize_line
     from annotated_transformer.decoding import beam_search
-    from annotated_transformer.onnx import _onnx_greedy
-    from annotated_transformer.translator import MAX_LEN_B
+    from annotated_transformer.exports.onnx import _onnx_greedy
+    from annotated_transformer.decoding import MAX_LEN_B
     from annotated_transformer.formats import EOS_ID
 
     t0 = time.perf_counter()
@@ -152,8 +153,8 @@ def test_page_translates_as_python_does(server, browser, sources):
     page.close()
 
     engine = OnnxTranslator(SITE / "_static/try/model")
-    ours = Translator.from_pretrained(ROOT / "models/multi30k_en_de")
-    texts = {k: ours.translate(sources, beam_size=k, precision="fp32") for k in (1, 4)}
+    ours = load_translator(ROOT / "models/multi30k_en_de", precision="fp32")
+    texts = {k: ours.translate(sources, beam_size=k) for k in (1, 4)}
     for i, s in enumerate(sources):
         src = engine.sp.encode(normalize_line(s))
         ids = {1: _onnx_greedy(engine, [src], MAX_LEN_B)[0]}
@@ -184,7 +185,7 @@ def test_attention_heatmap_is_the_graphs(server, browser):
     """Greedy: every layer and head the page draws is the step graph's cross-attention for
     the page's own output. Beam: one row per piece and one for the end, each summing to 1."""
     import numpy as np
-    from annotated_transformer import OnnxTranslator
+    from annotated_transformer.exports.onnx import OnnxTranslator
 
     engine = OnnxTranslator(SITE / "_static/try/model")
     c = engine.config
@@ -218,10 +219,10 @@ def test_length_limit_and_cut_source_as_python(server, browser, sources):
     the source's length, and a source longer than the positional table is cut to fit: both
     searches still give Python's pieces."""
     import torch
-    from annotated_transformer import OnnxTranslator, Translator
     from annotated_transformer.decoding import beam_search
-    from annotated_transformer.onnx import _onnx_greedy
+    from annotated_transformer.exports.onnx import OnnxTranslator, _onnx_greedy
     from annotated_transformer.formats import EOS_ID
+    from annotated_transformer.run.pretrained import load_translator
     from annotated_transformer.translator import encode_sources
 
     engine = OnnxTranslator(SITE / "_static/try/model")
@@ -237,7 +238,7 @@ def test_length_limit_and_cut_source_as_python(server, browser, sources):
         rows = encode_sources(engine.sp, texts, max_len=config["model"]["max_len"],
                               max_len_b=0)
     assert len(rows[-1]) == config["model"]["max_len"]            # it was cut
-    model = Translator.from_pretrained(ROOT / "models/multi30k_en_de").model.eval()
+    model = load_translator(ROOT / "models/multi30k_en_de").model.eval()
     at_limit = 0
     for text, src in zip(texts, rows):
         greedy, beam = _translate(page, text, 1), _translate(page, text, 4)
