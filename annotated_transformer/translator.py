@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from torch import nn
 from tqdm import tqdm
 
 from .formats import BOS_ID, EOS_ID, PAD_ID
@@ -33,6 +32,7 @@ from .utils import caller_stacklevel, eval_mode
 from .precision import (
     precision_context, resolve_precision, warn_if_emulated)
 from .model import Transformer
+from .batching import pad_ids
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
 from .data import decode_ids, normalize_line
@@ -81,7 +81,7 @@ class Decoding:
     precision: str
     device: torch.device
     why: str = ""
-    engine: str = "eager"
+    engine: str = "direct"
     autocast: str | None = None          # None: `precision`
     greedy: Callable = greedy_decode
     beam: Callable = beam_search
@@ -91,6 +91,9 @@ class Decoding:
 def direct(model: Transformer, *, precision: str = "auto") -> Decoding:
     """Chapter 9's searches on `model` itself, on its device, in `precision` ("auto":
     bf16 where the device computes it natively, else fp32; or fp32, bf16 or fp16)."""
+    if precision == "int8":
+        raise ValueError("precision int8 decodes an int8 copy of the model: pass "
+                         "engine=annotated_transformer.engines.eager (part 9f)")
     device = next(model.parameters()).device
     chosen, why = resolve_precision(precision, device)
     warn_if_emulated(chosen, device)                 # once per device
@@ -101,8 +104,7 @@ def _search(d: Decoding, rows: list[list[int]], *, beam_size: int, alpha: float,
             max_len_b: int) -> torch.Tensor:
     """Output ids `(batch, steps)` for one batch of sources (EOS, then padding): beam
     search (§6.1), greedy if `beam_size=1`, as `d` decodes."""
-    src = nn.utils.rnn.pad_sequence([torch.tensor(r) for r in rows], batch_first=True,
-                                    padding_value=PAD_ID).to(d.device)
+    src = pad_ids(rows, PAD_ID).to(d.device)             # chapter 6's padding
     with precision_context(d.autocast or d.precision, d.device):
         if beam_size == 1:
             tokens, _ = d.greedy(d.model, src, bos_id=BOS_ID, eos_id=EOS_ID,
@@ -144,6 +146,9 @@ def choose_decoding(model: Transformer, *, precision: str = "auto",
     `direct`; part 9f's engines are in `annotated_transformer.engines`), building what
     it needs now; an engine says its choice in one line on stderr (unless `say` is
     False)."""
+    if isinstance(engine, str):
+        raise TypeError(f"engine={engine!r}: pass the function, as "
+                        f"annotated_transformer.engines.ENGINES[{engine!r}]")
     decoding = (engine or direct)(model, precision=precision)
     if engine is not None and say:
         print(f"decoding: engine {decoding.engine}, {decoding.why}", file=sys.stderr)

@@ -53,7 +53,7 @@ def load_static(model_dir: str, compiled: bool):
     from annotated_transformer.translator import translate_batched
     from annotated_transformer.run.pretrained import load_translator
     ours = load_translator(model_dir, device="cpu")
-    model = decoding_model(ours.model, "fp32", torch.device("cpu"), {}).eval()
+    model = decoding_model(ours.model, "fp32", torch.device("cpu")).eval()
     step = compiled_step() if compiled else static.static_step
 
     def search(rows, k):

@@ -58,7 +58,7 @@ def _setup(a):
     from annotated_transformer.run.pretrained import load_translator
     torch.set_num_threads(a.threads)
     tr = load_translator(a.model_dir, device="cpu")
-    model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
+    model = decoding_model(tr.model, "fp32", torch.device("cpu")).eval()
     row = encode_sources(tr.sp, [SENTENCE], max_len=model.config.max_len,
                          max_len_b=MAX_LEN_B)[0]
     return model, torch.tensor([row])

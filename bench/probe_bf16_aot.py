@@ -39,7 +39,7 @@ def decoding(precision: str):
     from annotated_transformer.engines.quantization import decoding_model
     from annotated_transformer.run.pretrained import load_translator
     ours = load_translator(ROOT / "models" / "multi30k_en_de", device="cpu")
-    return ours, decoding_model(ours.model, precision, torch.device("cpu"), {})
+    return ours, decoding_model(ours.model, precision, torch.device("cpu"))
 
 
 def package(precision: str, kind: str, folder: Path) -> Path:

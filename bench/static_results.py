@@ -87,7 +87,7 @@ def step_worker(engine: str, a) -> dict:
     from annotated_transformer.engines.static import StaticCache, bucket, static_step
     from annotated_transformer.translator import encode_sources
     tr = _translator(a)
-    model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
+    model = decoding_model(tr.model, "fp32", torch.device("cpu")).eval()
     src = torch.tensor(encode_sources(tr.sp, [SENTENCE], max_len=model.config.max_len,
                                       max_len_b=MAX_LEN_B))
     with torch.inference_mode():
@@ -182,7 +182,7 @@ def rows_worker(_, a) -> dict:
     from annotated_transformer.engines.static import StaticCache, source_keys_values
     from annotated_transformer.translator import BATCH_SIZE, encode_sources
     tr = _translator(a)
-    model = decoding_model(tr.model, "fp32", torch.device("cpu"), {}).eval()
+    model = decoding_model(tr.model, "fp32", torch.device("cpu")).eval()
     runs = {kind: _package_run(model, compile_dir(), kind) for kind in ("few", "many")}
 
     def turns(calls: dict) -> dict:            # name -> median ms, calls taking turns

@@ -258,8 +258,9 @@ def test_bf16_packages_are_the_bf16_copys_own(tmp_path, monkeypatch):
     tr.use(engine=partial(engines.auto, max_rows=8), **bf16)    # the kept package
     tr.translate(["A dog runs."])
     assert package.calls > calls and len(package.built) == built
-    folder = engines.aot_step().folder                    # the command line asks with
-    assert engines._kept(tr.model, folder, 2, "bf16")     # the float32 model
+    folder = engines.aot_step().folder                    # auto asks with the copy
+    assert engines._kept(tr.decoding.model, folder, 2, "bf16")
+    assert not engines._kept(tr.model, folder, 2, "bf16")       # float32 is not bf16
     assert not engines._kept(tr.model, folder, 2, "fp32")           # none built
     assert not engines._kept(small_model().to(torch.bfloat16), folder, 2, "bf16")
     with pytest.warns(RuntimeWarning, match="compiled engine decodes fp32 on the CPU"):

@@ -79,20 +79,22 @@ def test_column_major_copy_keeps_values_ties_and_outputs(model, src):
             assert torch.equal(a, b) and (sa - sb).abs().max() < 1e-4, search.__name__
 
 
-def test_translator_copies_follow_the_weights(model):
-    """A decoding copy is made once and made again after the model's weights change in
-    place (an optimiser step), never a stale one."""
-    from annotated_transformer.engines.quantization import decoding_model
-    cpu, kept = torch.device("cpu"), {}
-    first = {p: decoding_model(model, p, cpu, kept) for p in ("fp32", "int8")}
-    assert all(decoding_model(model, p, cpu, kept) is m for p, m in first.items())
+def test_an_engine_s_copy_holds_the_weights_it_was_made_with(model):
+    """Direct decoding runs the model itself, so it sees weights changed in place (an
+    optimiser step) at once; an engine's copy keeps the weights it was made with until
+    the engine decides again (`Translator.use`), which copies the new ones."""
+    from annotated_transformer.engines import eager
+    from annotated_transformer.translator import direct
+    before = {p: eager(model, precision=p).model for p in ("fp32", "int8")}
     w, old = model.generator.bias, model.generator.bias[0].item()
     with torch.no_grad():
         w[0] = old + 1.0
     try:
-        again = decoding_model(model, "fp32", cpu, kept)
-        assert again is not first["fp32"] and again.generator.bias[0] == w[0]
-        assert decoding_model(model, "int8", cpu, kept) is not first["int8"]
+        assert before["fp32"] is not model and before["fp32"].generator.bias[0] == old
+        again = eager(model, precision="fp32").model
+        assert again.generator.bias[0] == w[0]
+        assert eager(model, precision="int8").model is not before["int8"]
+        assert direct(model, precision="fp32").model is model
     finally:
         with torch.no_grad():
             w[0] = old

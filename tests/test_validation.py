@@ -481,3 +481,17 @@ def test_smoothed_targets_are_built_on_the_labels_device():
     labels = torch.zeros(2, 3, dtype=torch.long, device="meta")   # no data, any machine
     q = training.smoothed_targets(labels, 5)
     assert q.device == labels.device and q.shape == (2, 3, 5)
+
+
+def test_how_a_translator_decodes_is_asked_for_clearly(sp):
+    """int8 without an engine, an engine named by a string, and int8 on a model off the
+    CPU: each one error that says what to pass or where to run."""
+    from small_models import small_translator
+    from annotated_transformer import engines
+    translator = small_translator(sp, seed=0)
+    with pytest.raises(ValueError, match="pass engine=annotated_transformer.engines.eager"):
+        translator.use(precision="int8")
+    with pytest.raises(TypeError, match=r"ENGINES\['aot'\]"):
+        translator.use(engine="aot")
+    with pytest.raises(ValueError, match="int8 runs on the CPU, not on meta"):
+        engines.eager(translator.model.to("meta"), precision="int8")

@@ -21,7 +21,7 @@ from ..model import Transformer
 from ..decoding import BEAM_SIZE
 from ..translator import BATCH_SIZE, Decoding
 from .quantization import (
-    bf16_weights, decoding_model, instrumented, weights_precision, weights_stamp)
+    decoding_model, instrumented, weights_precision, weights_stamp)
 from .static import (
     StaticCache, static_beam_search, static_greedy_decode, static_step)
 from .compiling import compile_dir, compiled_step
@@ -138,36 +138,22 @@ class AotStep(_Packages):
                 else runs[kind][0](_inputs(token, t, cache))[0])
 
 # %% ../../nbs/07f_engines.ipynb #43be3606
-_PACKAGES = weakref.WeakKeyDictionary()     # model -> (its key, `_naming`, files)
-
-
-def _naming(model: Transformer, precision: str):
-    """How to make, from `model`, the model whose packages decode it in `precision`:
-    nothing to change, or for a float32 model asked for bf16 (as the command line asks)
-    its bf16 copy, as the translator makes it; None where no package decodes it."""
-    try:
-        held = weights_precision(model)
-    except ValueError:               # neither float32 nor its bf16 copy
-        return None
-    if (held, precision) == ("fp32", "bf16"):
-        return bf16_weights
-    return (lambda same: same) if held == precision else None
+def _kinds(rows: int) -> tuple:
+    "The packages that steps of up to `rows` rows run: few, above `FEW_ROWS` many too."
+    return ("few", "many") if rows > FEW_ROWS else ("few",)
 
 
 def _kept(model: Transformer, folder: Path, rows: int, precision: str = "fp32") -> bool:
-    """Whether the packages that decode `model` in `precision` (`_naming`) for steps of
-    up to `rows` rows are kept in `folder`."""
+    """Whether the packages that decode `model` (float32, or its bf16 copy for "bf16")
+    in `precision` for steps of up to `rows` rows are kept in `folder`."""
     if not any(folder.glob("aot-*-few.pt2")):        # none for any model: no digest
         return False
-    key = (weights_stamp(model), folder, precision)
-    if _PACKAGES.get(model, (None,))[0] != key:     # once per state of the weights
-        _PACKAGES[model] = (key, _naming(model, precision), {})
-    _, how, files = _PACKAGES[model]
-    kinds = ("few", "many") if rows > FEW_ROWS else ("few",)
-    for kind in kinds if how else ():
-        if kind not in files:
-            files[kind] = aot_package(how(model), folder, kind)     # the digest: once
-    return how is not None and all(files[kind].exists() for kind in kinds)
+    try:
+        held = weights_precision(model)
+    except ValueError:               # neither float32 nor its bf16 copy
+        return False
+    return held == precision and all(aot_package(model, folder, kind).exists()
+                                     for kind in _kinds(rows))
 
 # %% ../../nbs/07f_engines.ipynb #b810aa31
 _AOT: dict = {}
@@ -182,7 +168,8 @@ def aot_step(*, cache_dir=None) -> AotStep:
 
 
 class _Pinned(AotStep):
-    "An `AotStep` for one model, whose runs were had once: no stamp, no look-up."
+    """An `AotStep` for one model whose runs were had once, for its weights of that
+    moment: no stamp, no look-up when it decodes."""
 
     def __init__(self, runs: dict, *, cache_dir=None):
         super().__init__(cache_dir=cache_dir)
@@ -223,14 +210,13 @@ def engine_precision(asked: str, device, engine: str = "eager") -> tuple[str, st
 
 def eager(model: Transformer, *, precision: str = "auto") -> Decoding:
     """Chapter 9's searches on the copy of `model` that decodes in `precision`
-    (`decoding_model`, part 9a): int8 weights on the CPU (made there), bf16 weights, or
-    on the CPU float32 stored column after column."""
+    (`decoding_model`, part 9a): int8 weights (a model on the CPU), bf16 weights, or on
+    the CPU float32 stored column after column."""
     device = next(model.parameters()).device
-    device = torch.device("cpu") if precision == "int8" else device
-    chosen, why = engine_precision(precision, device)
+    chosen, why = engine_precision(precision, device)     # int8: on the CPU only
     warn_if_emulated(chosen, device)                 # once per device
-    copy = decoding_model(model, chosen, device, {})
-    return Decoding(copy, chosen, device, why,
+    copy = decoding_model(model, chosen, device)
+    return Decoding(copy, chosen, device, why, "eager",
                     autocast="fp32" if chosen == "int8" else None)
 
 # %% ../../nbs/07f_engines.ipynb #c5010771
@@ -261,10 +247,6 @@ def compiled(model: Transformer, *, precision: str = "auto") -> Decoding:
     return _static(model, precision, "compiled", lambda copy: compiled_step().prepare())
 
 # %% ../../nbs/07f_engines.ipynb #60aebbda
-def _kinds(max_rows: int) -> tuple:
-    return ("few", "many") if max_rows > FEW_ROWS else ("few",)
-
-
 def aot(model: Transformer, *, precision: str = "auto", max_rows: int = ROWS,
         cache_dir=None) -> Decoding:
     """Part 9e's packages with part 9b's searches, fp32 or bf16 on the CPU: those that

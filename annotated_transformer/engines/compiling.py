@@ -217,7 +217,8 @@ class _Compiling:
 
     def prepare(self) -> "CompiledStep":
         """The trial and `torch.compile` now rather than at the first call (a translator
-        decides how it decodes before translating); a failure kept as a call's is."""
+        decides how it decodes before translating; Inductor still compiles each shape at
+        its first step); a failure is kept as a call's is."""
         if self.fn is None and self.failed is None:
             try:
                 self._compile()
@@ -235,11 +236,11 @@ class _Compiling:
 
 # %% ../../nbs/07d_compiled.ipynb #ba899b37
 class CompiledStep(_Compiling):
-    """`static_step` compiled by `torch.compile(dynamic=False, options=options)`, at
-    `prepare` or its first call, once `compile_trial` says it works; its code kept in
-    `kept_in` (the user's $TORCHINDUCTOR_CACHE_DIR, an earlier step's, else
-    `compile_dir`). If that
-    fails: one warning, then `static_step` (`failed`: the error, `why`: one line)."""
+    """`static_step` compiled by `torch.compile(dynamic=False, options=options)` once
+    `compile_trial` says it works (the trial at `prepare` or the first call; Inductor
+    compiles each new shape at its first step), its code kept in `kept_in` (the user's
+    $TORCHINDUCTOR_CACHE_DIR, an earlier step's, else `compile_dir`). If that fails:
+    one warning, then `static_step` (`failed`: the error, `why`: one line)."""
     fixed_shapes = True        # a new number of rows compiles again: beams keep theirs
 
     def __call__(self, model: Transformer, token: Tensor, t: Tensor,

@@ -263,9 +263,10 @@ def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
     library = sys.modules["annotated_transformer"]          # installed, not a notebook
     digest = hashlib.sha256(json.dumps([library.__version__,
                                         asdict(model.config)]).encode())
-    root = Path(library.__file__).parent
-    for file in sorted(root.rglob("*.py")):          # every module, subpackages too
-        digest.update(str(file.relative_to(root)).encode() + file.read_bytes())
+    root = Path(library.__file__).parent                 # the code a package runs:
+    for name in sorted(str(f.relative_to(root)) for f in root.rglob("*.py")):
+        if not name.startswith(("lab/", "cli.py", "__main__.py", "_modidx.py")):
+            digest.update(name.encode() + (root / name).read_bytes())
     for name, t in model_tensors(model).items():
         digest.update(f"{name} {tuple(t.shape)}".encode())
         digest.update(t.detach().float().contiguous().cpu().numpy().tobytes())
@@ -273,7 +274,7 @@ def aot_package(model: Transformer, folder: Path, kind: str) -> Path:
     infix = "" if precision == "fp32" else f"{precision}-"
     return folder / f"aot-{digest.hexdigest()[:16]}-{infix}{kind}.pt2"
 
-
+# %% ../../nbs/07e_aot.ipynb #ca5396e6
 def build_package(model: Transformer, package: Path, kind: str) -> None:
     "Build `package` of `kind` for `model` in a child process, or raise saying why not."
     def run() -> dict:

@@ -157,25 +157,17 @@ def instrumented(model: Transformer) -> bool:
                for m in every_module(model))   # vars: no slow miss via __getattr__
 
 # %% ../../nbs/09bb_translator_details.ipynb #bb1282e3
-def decoding_model(model: Transformer, precision: str, device,
-                   kept: dict) -> Transformer:
+def decoding_model(model: Transformer, precision: str, device) -> Transformer:
     """The model that decodes in `precision` on `device`: its bf16 or int8 copy, or
     for fp32 on the CPU its column-major copy (chapter 9a) unless `instrumented`;
-    otherwise `model` itself, or a copy on `device` if it is elsewhere. A copy is made
-    at the first use and kept in `kept` until `weights_stamp` moves."""
-    tensors = _tensors(model)                             # walked once: every call
-    elsewhere = any(t.device != device for t in tensors)
+    otherwise `model` itself, or a copy on `device` if it is elsewhere (the caller's
+    model stays where it is)."""
+    elsewhere = any(t.device != device for t in _tensors(model))
     hooked = instrumented(model)
     if elsewhere and hooked:           # its hooks must run on the model itself
         model, elsewhere = model.to(device), False
-        tensors = _tensors(model)                         # moved buffers are new
     convert = {"bf16": bf16_weights, "int8": quantize_int8}.get(precision)
     if precision == "fp32" and device.type == "cpu" and not hooked:
         convert = column_major
-    if convert is None and not elsewhere:
-        return model
-    key, stamp = (precision, str(device)), _stamp(tensors)
-    if key not in kept or kept[key][0] != stamp:       # the caller's model stays put
-        there = copy.deepcopy(model).to(device) if elsewhere else model
-        kept[key] = (stamp, there if convert is None else convert(there))
-    return kept[key][1]
+    there = copy.deepcopy(model).to(device) if elsewhere else model
+    return there if convert is None else convert(there)

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..utils import optional_import
 from ..attention import padding_mask
+from ..batching import pad_ids
 from ..model import Transformer
 from ..data import load_tokenizer
 from ..decoding import (
@@ -23,7 +24,7 @@ from ..decoding import (
 from ..formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
 from ..run.durable import staged
 from ..translator import BATCH_SIZE, translate_batched
-from ..run.pretrained import export_source
+from .ct2 import export_source
 
 # %% ../../nbs/09dd_onnx.ipynb #cb445852
 class _Encoder(nn.Module):
@@ -196,8 +197,7 @@ class OnnxTranslator:
     def start(self, rows: list[list[int]]) -> tuple:
         "Source mask, cross-attention caches, empty self-attention caches of a batch."
         np, c = optional_import("numpy", "web"), self.config
-        S = max(map(len, rows))                                     # padded length
-        src = np.array([r + [c["pad_id"]] * (S - len(r)) for r in rows], np.int64)
+        src = pad_ids(rows, c["pad_id"]).numpy()                 # (batch, S) int64
         cross = self.encoder.run(None, {"src": src})
         empty = np.zeros((len(rows), c["model"]["n_heads"], 0, c["d_k"]), np.float32)
         return (src != c["pad_id"])[:, None, :], cross, [empty] * len(cross)

@@ -217,9 +217,7 @@ def average_checkpoints(paths) -> dict[str, Tensor]:
             else v for k, v in total.items()}
 
 # %% ../../nbs/06c_trainer.ipynb #2d4756d2
-import json
-
-from .durable import reporting_full_disk, write_durably
+from .durable import write_durably
 
 
 def log_metrics(path, record: dict) -> None:
