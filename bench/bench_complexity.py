@@ -3,13 +3,15 @@
 One layer of each kind of the paper's Table 1, as chapter 12 builds it
 (annotated_transformer.lab.complexity; d_model 512, 8 heads, d_k 64, kernel width 3,
 neighbourhood 32), timed over n = 16, 32, ... for one forward and one backward pass:
-  - self-attention: the explicit Eq. (1) (MultiHeadAttention in train mode);
-  - self-attention, fused: the same layer in eval mode, where MultiHeadAttention calls
+  - self-attention: the explicit Eq. (1), chapter 1's `attention`, between the
+    projections of MultiHeadAttention (SelfAttentionLayer);
+  - self-attention, fused: the same layer with fused=True, Eq. (1) as
     F.scaled_dot_product_attention; the script first checks that both give the same
     outputs and input gradients on one input, and which kernel the fused one ran;
   - LSTM, convolution, separable conv., restricted attn.
-None of the layers has dropout (MultiHeadAttention's attention dropout defaults to 0),
-so train and eval mode differ only in the attention's path.
+None of the layers has dropout. (The stored results' commit, 08bc99e, chose the fused
+form by eval mode, where MultiHeadAttention called scaled_dot_product_attention, and the
+explicit one by train mode: the same two computations.)
 
 Each (engine, batch) runs in a fresh process of its own, at --threads threads; every
 round runs all pairs once, in a new random order, and each process times its lengths
@@ -20,8 +22,15 @@ n = 2048 at batch 8, 1024 at batch 64. The results, one median per round for the
 chapter's intervals, are written after every round, so a stopped run keeps the rounds
 it finished.
 
+Several --threads make the thread count one more axis of the race: every (engine, batch,
+threads) runs in each round, so the thread counts are paired by round, and `times` gets
+one more level, the thread count, outermost. --engines keeps some of the engines.
+
     python bench/bench_complexity.py            # the full grid: 15 to 20 minutes, quiet
     python bench/bench_complexity.py --quick    # d_model 64: about half a minute, quiet
+    # one thread against two, self-attention and the LSTM at batch 1: about 5 minutes
+    python bench/bench_complexity.py --threads 1 2 --batches 1 --rounds 7 \
+        --engines self-attention LSTM --out bench/results/complexity_threads.json
 """
 import argparse
 import json
@@ -53,16 +62,16 @@ WEIGHTS_CAP = 2**26              # batch·n² at most: 8 heads' fp32 weights, 2 
 
 def build(name: str, d_model: int) -> nn.Module:
     """Engine `name` of width `d_model` (d_model // 64 heads), weights from seed 0: the
-    fused engine is the explicit one, the same weights, in eval mode."""
+    fused engine is the explicit one, the same weights, with fused=True."""
     torch.manual_seed(0)
     heads = max(1, d_model // 64)
     make = {"self-attention": lambda: SelfAttentionLayer(d_model, heads),
-            FUSED: lambda: SelfAttentionLayer(d_model, heads),
+            FUSED: lambda: SelfAttentionLayer(d_model, heads, fused=True),
             "LSTM": lambda: RecurrentLayer(d_model),
             "convolution": lambda: ConvLayer(d_model, K),
             "separable conv.": lambda: ConvLayer(d_model, K, separable=True),
             "restricted attn.": lambda: SelfAttentionLayer(d_model, heads, r=R)}
-    return make[name]().train(name != FUSED)
+    return make[name]()
 
 
 def backward_ops(t: torch.Tensor) -> set:
@@ -135,7 +144,7 @@ def commit() -> str:
         return "unknown"
 
 
-def machine(threads: int) -> dict:
+def machine(threads: int | list) -> dict:
     """The CPU, the kernels PyTorch picked, threads, versions and the load at the start
     (imported here: the workers start faster without)."""
     from annotated_transformer.precision import native_bf16
@@ -159,40 +168,44 @@ def save(result: dict, path: Path) -> None:
     tmp.replace(path)
 
 
-def race(result: dict, grid: dict, *, rounds: int, out: Path) -> None:
-    """Fill `result["times"]` round by round: every (engine, batch) of `grid` in its
-    own process, in a new random order each round; save after every round."""
-    times, jobs = result["times"], [(e, b) for e in ENGINES for b in grid]
+def race(result: dict, grid: dict, *, engines: list, threads: list, rounds: int,
+         out: Path) -> None:
+    """Fill `result["times"]` round by round: every (engine, batch, threads) in its own
+    process, in a new random order each round; save after every round."""
+    jobs = [(e, b, t) for e in engines for b in grid for t in threads]
     for rnd in range(1, rounds + 1):
         random.Random(rnd).shuffle(jobs)
-        for i, (engine, batch) in enumerate(jobs, 1):
+        for i, (engine, batch, thr) in enumerate(jobs, 1):
             start = time.perf_counter()
             got = run_worker({"engine": engine, "batch": batch, "sizes": grid[batch],
                               "seed": rnd, "d_model": result["d_model"],
-                              "threads": result["machine"]["threads"],
-                              "reps": result["reps"]})
+                              "threads": thr, "reps": result["reps"]})
+            times = result["times"][str(thr)] if len(threads) > 1 else result["times"]
             for n, seconds in got.items():
                 times[engine][str(batch)][n].append(seconds)
-            print(f"round {rnd}/{rounds}, {i}/{len(jobs)}: {engine}, batch {batch}: "
-                  f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-        result["load_per_round"].append(os.getloadavg()[0])     # ours counts 2
+            print(f"round {rnd}/{rounds}, {i}/{len(jobs)}: {engine}, batch {batch}, "
+                  f"{thr} thr.: {time.perf_counter() - start:.1f} s", file=sys.stderr,
+                  flush=True)
+        result["load_per_round"].append(os.getloadavg()[0])   # ours counts up to 2
         result.update(rounds_done=rnd, finished=now())
         save(result, out)
 
 
-def summary(result: dict) -> None:
+def summary(times: dict, title: str = "") -> None:
     "Milliseconds, the median over rounds, one table per batch."
-    for batch, sizes in result["times"][ENGINES[0]].items():
-        print(f"\nbatch {batch}, ms" + "".join(f"{n:>9s}" for n in sizes))
-        for engine in ENGINES:
-            row = result["times"][engine][batch].values()
+    for batch, sizes in next(iter(times.values())).items():
+        print(f"\n{title}batch {batch}, ms" + "".join(f"{n:>9s}" for n in sizes))
+        for engine, by_batch in times.items():
+            row = by_batch[batch].values()
             print(f"{engine:22s}"[:22] + "".join(
                 f"{1e3 * statistics.median(t):9.1f}" for t in row))
 
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, nargs="+", default=[2],
+                   help="default 2; several: each engine at each, paired by round")
+    p.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     p.add_argument("--rounds", type=int, help="default 5 (--quick: 2)")
     p.add_argument("--reps", type=int,
                    help="timed passes per n after the warm-up; default 1")
@@ -218,28 +231,34 @@ def main(argv=None) -> None:
     out = a.out or (Path(tempfile.mkdtemp(), "complexity_timing.json") if a.quick
                     else ROOT / "bench" / "results" / "complexity_timing.json")
     d_model = 64 if a.quick else 512
+    threads = a.threads[0] if len(a.threads) == 1 else a.threads
+    grid_times = {e: {str(b): {str(n): [] for n in grid[b]} for b in grid}
+                  for e in a.engines}
     result = {
         "about": "Seconds of one forward and backward pass of one layer of each kind "
                  "of Table 1 (chapter 12) against the length n, per batch: one median "
                  "of `reps` passes per round, each (engine, batch) in a fresh process.",
         "command": shlex.join(["python", "bench/bench_complexity.py",
                                *(sys.argv[1:] if argv is None else argv)]),
-        "commit": commit(), "machine": machine(a.threads), "d_model": d_model,
+        "commit": commit(), "machine": machine(threads), "d_model": d_model,
         "n_heads": max(1, d_model // 64), "k": K, "r": R,
         "reps": a.reps or 1, "rounds_done": 0, "load_per_round": [],
         "fused_check": check_fused(d_model), "started": now(), "finished": None,
-        "times": {e: {str(b): {str(n): [] for n in grid[b]} for b in grid}
-                  for e in ENGINES}}
+        "times": grid_times if len(a.threads) == 1 else
+                 {str(t): json.loads(json.dumps(grid_times)) for t in a.threads}}
     m = result["machine"]
-    print(f"machine: {m['cpu']}, kernels {m['isa']}, {m['threads']} threads, load "
+    print(f"machine: {m['cpu']}, kernels {m['isa']}, threads {m['threads']}, load "
           f"average {m['load_average']:.1f}; torch {m['torch']}, Python {m['python']}")
     print(f"d_model {d_model}, heads {result['n_heads']}; grid: " + "; ".join(
         f"batch {b}: n = {s[0]}..{s[-1]}" for b, s in grid.items()))
     print(f"fused = explicit (outputs, input gradients) within "
           f"{result['fused_check']['max_abs_diff']:.1e}; fused backward: "
           f"{result['fused_check']['fused_backward']}", flush=True)
-    race(result, grid, rounds=a.rounds or (2 if a.quick else 5), out=out)
-    summary(result)
+    race(result, grid, engines=a.engines, threads=a.threads,
+         rounds=a.rounds or (2 if a.quick else 5), out=out)
+    for t in a.threads:
+        summary(result["times"] if len(a.threads) == 1 else result["times"][str(t)],
+                title="" if len(a.threads) == 1 else f"{t} thread(s), ")
     print(f"\nwrote {out}")
 
 

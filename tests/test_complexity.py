@@ -67,3 +67,25 @@ def test_saved_bytes_grows_linearly_for_the_lstm():
     layer = RecurrentLayer(8)
     small, large = (saved_bytes(layer, torch.randn(1, n, 8)) for n in (1000, 4000))
     assert abs(fit_exponent([1000, 4000], [small, large]) - 1) < 0.05
+
+
+def test_fused_attention_is_the_explicit_one_without_the_kept_weights():
+    """fused=True gives the explicit layer's outputs and gradients with the same weights,
+    keeps memory linear in n (the explicit form keeps h·n² weights), and refuses r."""
+    torch.manual_seed(0)
+    explicit, fused = SelfAttentionLayer(32, 2), SelfAttentionLayer(32, 2, fused=True)
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(2, 9, 32, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for layer in (explicit.double(), fused.double()):
+        x.grad = None
+        y = layer(x)
+        y.pow(2).sum().backward()
+        grads.append((y.detach(), x.grad.clone()))
+    torch.testing.assert_close(grads[1], grads[0])
+    kept = {name: [saved_bytes(layer.float(), torch.randn(1, n, 32)) for n in (256, 1024)]
+            for name, layer in (("explicit", explicit), ("fused", fused))}
+    assert fit_exponent([256, 1024], kept["explicit"]) > 1.5
+    assert abs(fit_exponent([256, 1024], kept["fused"]) - 1) < 0.05
+    with pytest.raises(ValueError, match="fused=True is for full attention"):
+        SelfAttentionLayer(32, 2, r=4, fused=True)

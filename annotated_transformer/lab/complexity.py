@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 import torch.nn.functional as F
 
+from ..attention import attention
 from ..multihead import MultiHeadAttention
 
 # %% ../../nbs/10_why_attention.ipynb #57f37f46
@@ -58,15 +59,28 @@ class LocalSelfAttention(MultiHeadAttention):
 # %% ../../nbs/10_why_attention.ipynb #0b7df994
 class SelfAttentionLayer(nn.Module):
     """Table 1's self-attention row (`r=None`) or its restricted row (`r` neighbours),
-    one layer from `(batch, n, d_model)` to the same shape."""
+    one layer from `(batch, n, d_model)` to the same shape, with the projections of
+    `MultiHeadAttention`. Full attention runs Eq. (1) as written (chapter 1's
+    `attention`, which keeps the h·n² weights for the backward pass), or with
+    `fused=True` as PyTorch's `scaled_dot_product_attention`, which recomputes them."""
 
-    def __init__(self, d_model: int, n_heads: int, r: int | None = None):
+    def __init__(self, d_model: int, n_heads: int, r: int | None = None,
+                 fused: bool = False):
         super().__init__()
+        if fused and r is not None:
+            raise ValueError("fused=True is for full attention: leave r=None")
         self.attn = (MultiHeadAttention(d_model, n_heads) if r is None
                      else LocalSelfAttention(d_model, n_heads, r))
+        self.fused = fused
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.attn(query=x, key=x, value=x)
+        if isinstance(self.attn, LocalSelfAttention):
+            return self.attn(query=x, key=x, value=x)
+        projected = self.attn.project(x, x, x)
+        q, k, v = map(self.attn.split_heads, projected)      # (batch, h, n, d_k)
+        out = (F.scaled_dot_product_attention(q, k, v) if self.fused
+               else attention(q, k, v)[0])
+        return self.attn.out_proj(out.transpose(1, 2).flatten(2))
 
 
 class RecurrentLayer(nn.Module):
