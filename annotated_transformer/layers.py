@@ -99,6 +99,11 @@ class DecoderLayer(nn.Module):
                                                cache=own)
         attend_memory = lambda y: self.cross_attn(query=y, key=memory, value=memory,
                                                   mask=src_mask, cache=cross)
+        return self.walk(x, attend_self, attend_memory)
+
+    def walk(self, x: Tensor, attend_self, attend_memory) -> Tensor:
+        """`x` through the three sub-layers: `attend_self(y)`, `attend_memory(y)` (the
+        two attentions, as the caller computes them), then the feed-forward network."""
         x = self.sublayers[0](x, attend_self)
         x = self.sublayers[1](x, attend_memory)
         return self.sublayers[2](x, self.feed_forward)

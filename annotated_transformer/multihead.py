@@ -57,33 +57,35 @@ class MultiHeadAttention(_HeadProjections):
     `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
     tensor as query, key and value for self-attention. `cache` (a dict, filled in
     place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. In eval mode without
-    `keep_weights`, Eq. (1) runs as one fused `scaled_dot_product_attention`.
-    `p_attn_drop`: dropout on the attention weights; `bias=False` drops the
-    projections' biases (the equations').
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`; otherwise Eq. (1)
+    runs as PyTorch's fused `scaled_dot_product_attention`, in training (dropout
+    included) and evaluation alike. `p_attn_drop`: dropout on the attention weights;
+    `bias=False` drops the projections' biases (the equations'). A `Transformer`
+    checks its inputs once (`check_inputs`) and turns `check_shapes` off here.
     """
+    check_shapes = True
 
     def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
                  bias: bool = True):
         super().__init__(d_model, n_heads, bias)
-        self.dropout = nn.Dropout(p_attn_drop) if p_attn_drop > 0 else None
+        self.dropout = nn.Dropout(p_attn_drop)
         self.keep_weights, self.weights = False, None
 
     def forward(self, *, query: Tensor, key: Tensor, value: Tensor,
                 mask: Tensor | None = None, cache: dict | None = None) -> Tensor:
         for name, t in (("query", query), ("key", key), ("value", value)):
-            if t.dim() != 3 or t.size(-1) != self.d_model:
+            if self.check_shapes and (t.dim() != 3 or t.size(-1) != self.d_model):
                 raise ValueError(f"{name} must have shape (batch, seq_len, "
                                  f"d_model={self.d_model}), got {tuple(t.shape)}")
         q, k, v = _project_heads(self, query, key, value, cache)  # (batch, h, n, d_k)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head
-        if self.training or self.keep_weights:
+        if self.keep_weights:          # Eq. (1) written out, to keep its weights
             out, weights = attention(q, k, v, mask=mask, dropout=self.dropout)
-            if self.keep_weights:
-                self.weights = weights.detach()
-        else:                 # evaluation: Eq. (1) as one fused kernel, same numbers
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            self.weights = weights.detach()
+        else:                          # Eq. (1) as one fused kernel, same numbers
+            p = self.dropout.p if self.training else 0.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return self.out_proj(out.transpose(1, 2).flatten(2))  # concat heads, then W^O
 
 # %% ../nbs/02_multihead.ipynb #e40ceee0

@@ -93,7 +93,9 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
                scaler=None, eps_ls: float = EPS_LS, pad_id: int = PAD_ID,
                clip_norm: float | None = None, precision: str = "fp32") -> dict:
     """One update from the micro-batches `batches`, equal to one update on their union:
-    each summed loss is divided by the target tokens of all micro-batches and ranks."""
+    each summed loss is divided by the target tokens of all micro-batches and ranks.
+    `loss` and `grad_norm` come back as 0-d tensors on the model's device, so that no
+    update waits for the device; `float()` reads them (a log line, every few updates)."""
     if len(batches) == 0:
         raise ValueError("batches must hold at least one micro-batch, got none")
     if clip_norm is not None:
@@ -122,9 +124,9 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
     scheduler.step()
-    total = sum(torch.stack(losses).cpu().tolist())      # one wait for the device
-    return {"loss": all_sum(total, device) / n_tokens, "lr": lr,
-            "tokens": int(n_tokens), "grad_norm": grad_norm.item()}
+    total = all_sum(torch.stack(losses).double().sum(), device)
+    return {"loss": total / n_tokens, "lr": lr, "tokens": n_tokens,
+            "grad_norm": grad_norm}
 
 # %% ../nbs/06c_trainer.ipynb #6fce2904
 @torch.no_grad()

@@ -133,10 +133,11 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
-def all_sum(x: float, device) -> float:
-    "The sum of `x` over all processes, computed in float64 on `device`."
+def all_sum(x, device):
+    """The sum of `x` (a number or a tensor) over all processes: `x` itself in one
+    process, else a float64 0-d tensor on `device` that nothing has waited for yet."""
     if world()[1] == 1:
-        return float(x)
-    t = torch.tensor(float(x), dtype=torch.float64, device=device)
+        return x
+    t = torch.as_tensor(x, dtype=torch.float64, device=device).clone()
     dist.all_reduce(t)
-    return t.item()
+    return t

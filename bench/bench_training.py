@@ -13,12 +13,26 @@ Not a test: the numbers depend on the machine.
 
     python bench/bench_training.py                 # both configs, a few minutes on a CPU
     python bench/bench_training.py --configs small --steps 10 --threads 1
+    python bench/bench_training.py --before /tmp/old   # also an earlier checkout's model
+
+`--before PATH` adds a third implementation to the same interleaved run: the package of an
+earlier checkout at PATH (e.g. `git worktree add /tmp/old <commit>`), imported under another
+name with its own `make_model` and `train_step`, so a change is measured against the code
+before it on the same batches, dropout draws and machine state. `--out FILE` also writes the
+table as JSON, with the commits and the machine (part 7c's page loads
+bench/results/training_speed.json).
 """
 import argparse
+import importlib
+import json
+import importlib.util
 import math
 import random
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -96,14 +110,34 @@ def make_batches(n, vocab, max_tokens, seed=0):
     return out
 
 
-def bench(name, vocab, precisions, warmup_steps, steps, device):
+def load_before(path):
+    "The `model` and `training` modules of the package in the checkout at `path`."
+    folder = Path(path).resolve() / "annotated_transformer"
+    spec = importlib.util.spec_from_file_location(
+        "annotated_transformer_before", folder / "__init__.py",
+        submodule_search_locations=[str(folder)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = package
+    spec.loader.exec_module(package)
+    return (importlib.import_module(f"{spec.name}.model"),
+            importlib.import_module(f"{spec.name}.training"))
+
+
+def bench(name, vocab, precisions, warmup_steps, steps, device, before=None):
     "Tokens/s and mean loss of each (model, precision), all steps interleaved."
     n_layers, d_model, d_ff, n_heads, max_tokens, default_steps = CONFIGS[name]
     steps = steps or default_steps
-    config = TransformerConfig(n_layers=n_layers, d_model=d_model, d_ff=d_ff,
-                               n_heads=n_heads, p_drop=0.1, max_len=128)
+    fields = dict(n_layers=n_layers, d_model=d_model, d_ff=d_ff, n_heads=n_heads,
+                  p_drop=0.1, max_len=128)
+    config = TransformerConfig(**fields)
     builders = {"ours": lambda: make_model(vocab, vocab, config),
                 "reference": lambda: Reference(vocab, config)}
+    step_of = {"ours": train_step, "reference": train_step}
+    if before:
+        old_model, old_training = before
+        old_config = old_model.TransformerConfig(**fields)
+        builders["before"] = lambda: old_model.make_model(vocab, vocab, old_config)
+        step_of["before"] = old_training.train_step
     runs = {}
     for precision in precisions:
         for kind, build in builders.items():
@@ -122,12 +156,12 @@ def bench(name, vocab, precisions, warmup_steps, steps, device):
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = train_step(model, [batch], optimizer, scheduler, precision=k[1])
+            out = step_of[k[0]](model, [batch], optimizer, scheduler, precision=k[1])
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= warmup_steps:
                 speed[k].append(batch.n_tgt_tokens / (time.perf_counter() - t0))
-                losses[k].append(out["loss"])
+                losses[k].append(float(out["loss"]))
     params = {k: sum(p.numel() for p in runs[k, precisions[0]][0].parameters())
               for k in builders}
     return {k: {"tok_s": statistics.median(speed[k]), "loss": statistics.mean(losses[k])}
@@ -143,6 +177,9 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=2)
     p.add_argument("--steps", type=int, default=0, help="measured steps (default: per config)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    p.add_argument("--before", default=None,
+                   help="an earlier checkout whose model also runs, as 'before'")
+    p.add_argument("--out", default=None, help="also write the results as JSON here")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -164,7 +201,7 @@ def main():
     for name in a.configs.split(","):
         t0 = time.perf_counter()
         results[name], params = bench(name, a.vocab, precisions, a.warmup_steps, a.steps,
-                                      device)
+                                      device, load_before(a.before) if a.before else None)
         print(f"  {name}: {time.perf_counter() - t0:.0f} s, parameters {params}", flush=True)
     header = (f"{'config':7s} {'precision':9s} {'reference tok/s':>15s} {'ours tok/s':>11s} "
               f"{'ours/ref':>8s} {'ours/ref fp32':>13s} {'loss ref':>8s} {'loss ours':>9s}")
@@ -177,11 +214,32 @@ def main():
             print(f"{name:7s} {precision:9s} {ref['tok_s']:15.0f} {ours['tok_s']:11.0f} "
                   f"{ours['tok_s'] / ref['tok_s']:8.2f} {ours['tok_s'] / ref32:13.2f} "
                   f"{ref['loss']:8.3f} {ours['loss']:9.3f}")
+            if ("before", precision) in r:
+                old = r["before", precision]
+                print(f"{'':7s} {'':9s} before: {old['tok_s']:.0f} tok/s, ours/before "
+                      f"{ours['tok_s'] / old['tok_s']:.2f}, loss {old['loss']:.3f}")
         if ("ours", "fp32") in r and ("ours", "bf16") in r:
             l32, l16 = r["ours", "fp32"]["loss"], r["ours", "bf16"]["loss"]
             print(f"{'':7s} our mean loss, bf16 vs fp32 (same weights, batches, dropout): "
                   f"{l16:.4f} vs {l32:.4f} ({(l16 - l32) / l32:+.2%})")
     print("tok/s: median over the measured steps of target tokens / step time")
+    if a.out:
+        write_results(a, results, precisions)
+
+
+def write_results(a, results: dict, precisions: list) -> None:
+    "The table as JSON at `a.out`: each row's tokens a second, the commits, the machine."
+    from bench_complexity import commit, machine      # this folder's helpers
+    before = a.before and subprocess.run(["git", "-C", a.before, "rev-parse", "HEAD"],
+                                         capture_output=True, text=True).stdout.strip()
+    rows = [{"config": name, "precision": p, "steps": a.steps or CONFIGS[name][-1],
+             **{f"{kind}_tok_s": r[kind, p]["tok_s"] for kind, _ in r if _ == p},
+             **{f"{kind}_loss": r[kind, p]["loss"] for kind, _ in r if _ == p}}
+            for name, r in results.items() for p in precisions]
+    out = {"command": "python bench/bench_training.py " + " ".join(sys.argv[1:]),
+           "commit": commit(), "before_commit": before,
+           "machine": machine(torch.get_num_threads()), "rows": rows}
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

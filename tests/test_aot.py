@@ -213,8 +213,7 @@ def test_the_translator_decodes_through_the_package(tmp_path, monkeypatch):
         assert tr.decoding.engine == "aot" and tr.decoding.precision == "fp32"
     assert len(package.built) == 1 and package.calls
     assert engines.aot_step().failed is None
-    assert engines.engine_precision("auto", torch.device("cpu"), "aot") == (
-        "fp32", "precision fp32, the aot engine's")
+    assert tr.use(engine=aot).decoding.why == "precision fp32, the aot engine's"
     with pytest.warns(RuntimeWarning, match="aot engine decodes fp32 or bf16 on the CPU"):
         tr.use(engine=aot, precision="int8")
     assert tr.decoding.engine == "eager" and tr.decoding.precision == "int8"

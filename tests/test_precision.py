@@ -227,10 +227,9 @@ def test_precision_names_are_defined_once():
     with pytest.raises(ValueError, match=r"^precision must be 'fp32', 'bf16' or 'fp16', "
                                          r"got 'auto'$"):
         precision_mod.precision_context("auto", "cpu")
-    from annotated_transformer.engines import engine_precision
     with pytest.raises(ValueError, match=r"^precision must be 'auto', 'fp32', 'bf16', "
                                          r"'fp16' or 'int8', got 'fp8'$"):
-        engine_precision("fp8", torch.device("cpu"))
+        precision_mod.resolve_precision("fp8", torch.device("cpu"), int8=True)
 
 
 def test_read_state_names_the_file(tmp_path):

@@ -101,9 +101,9 @@ def test_an_engine_s_copy_holds_the_weights_it_was_made_with(model):
 
 
 def test_translator_int8_only_on_the_cpu(monkeypatch):
-    from annotated_transformer.engines import engine_precision
+    from annotated_transformer.precision import resolve_precision
     with pytest.raises(ValueError, match="int8 runs on the CPU"):
-        engine_precision("int8", torch.device("meta"))
+        resolve_precision("int8", torch.device("meta"), int8=True)
 
 
 def test_translator_fp32_runs_the_models_hooks():

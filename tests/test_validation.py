@@ -5,6 +5,7 @@ a number it cannot use says which argument, what it got and what it allows; a br
 tokenizer file is named together with the fix; a sentence cut to fit the model warns at the
 caller's line. Each test checks one message.
 """
+import math
 import random
 import re
 import sys
@@ -453,6 +454,34 @@ def test_a_training_step_reads_no_id_range(monkeypatch):
     stats = training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
                                 *optimizer_and_scheduler())
     assert stats["tokens"] > 0
+
+
+@pytest.mark.parametrize("p_attn_drop", [0.0, 0.1])
+def test_a_training_step_runs_the_fused_attention(monkeypatch, p_attn_drop):
+    """Training computes Eq. (1) with PyTorch's fused kernel, dropout included, as
+    evaluation does (the written-out `attention` only where weights are kept); a model's
+    attention layers leave the shape checks to its boundary; the step hands back its
+    loss and gradient norm as tensors, so that nothing waits for them."""
+    from annotated_transformer import multihead
+    def refuse(*args, **kwargs):
+        raise AssertionError("the written-out attention ran during a training step")
+    monkeypatch.setattr(multihead, "attention", refuse)
+    torch.manual_seed(0)
+    config = TransformerConfig.preset("copy", n_layers=1, d_model=16, d_ff=32,
+                                      n_heads=2, p_attn_drop=p_attn_drop)
+    model = make_model(16, 16, config)
+    layers = [m for m in model.modules() if isinstance(m, multihead.MultiHeadAttention)]
+    assert len(layers) == 3 and not any(m.check_shapes for m in layers)
+    assert multihead.MultiHeadAttention(16, 2).check_shapes      # standalone: checks
+    stats = training.train_step(model, [batching.make_batch(ONE_PAIR)],
+                                *optimizer_and_scheduler())
+    assert all(isinstance(stats[k], torch.Tensor) and stats[k].dim() == 0
+               for k in ("loss", "grad_norm"))
+    assert math.isfinite(float(stats["loss"])) and float(stats["grad_norm"]) > 0
+    layers[0].keep_weights = True                # the written-out form: refused here
+    with pytest.raises(AssertionError, match="written-out attention ran"):
+        training.train_step(model, [batching.make_batch(ONE_PAIR)],
+                            *optimizer_and_scheduler())
 
 
 def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):

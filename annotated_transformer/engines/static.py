@@ -5,7 +5,7 @@ __all__ = ['source_keys_values', 'bucket', 'StaticCache', 'static_step', 'forced
            'static_beam_search']
 
 # %% ../../nbs/07b_static.ipynb #e2c446f0
-import math
+from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -16,8 +16,8 @@ from ..attention import attention, padding_mask
 from ..embeddings import PositionalEncoding
 from ..model import Transformer
 from ..decoding import (
-    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_A, MAX_LEN_B, beam_candidates, best_reachable,
-    extend_beams, forbid_tokens, greedy_loop, merge_finished, prepare_decoding)
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_A, MAX_LEN_B,
+    beam_loop, greedy_loop, prepare_decoding)
 
 # %% ../../nbs/07b_static.ipynb #dbba66fe
 def source_keys_values(model: Transformer, memory: Tensor) -> list[tuple]:
@@ -118,12 +118,11 @@ def static_step(model: Transformer, token: Tensor, t: Tensor,
     x = model.tgt_pos.dropout(x + _position(model.tgt_pos, t).to(x.dtype))
     L = cache.self_k[0].size(2)
     seen = (torch.arange(L, device=t.device) <= t).view(1, 1, 1, L)   # keys 0..t
-    for i, layer in enumerate(model.decoder.layers):
-        x = layer.sublayers[0](x, lambda y: _self_attend(
-            layer.self_attn, y, t, cache.self_k[i], cache.self_v[i], seen))
-        x = layer.sublayers[1](x, lambda y: _cross_attend(
-            layer.cross_attn, y, cache.cross_k[i], cache.cross_v[i], cache.src_mask))
-        x = layer.sublayers[2](x, layer.feed_forward)
+    for i, layer in enumerate(model.decoder.layers):      # chapter 4's walk, with
+        x = layer.walk(x, lambda y: _self_attend(             # this cache's attentions
+            layer.self_attn, y, t, cache.self_k[i], cache.self_v[i], seen),
+            lambda y: _cross_attend(layer.cross_attn, y, cache.cross_k[i],
+                                    cache.cross_v[i], cache.src_mask))
     if model.decoder.norm is not None:                      # Pre-LN's last LayerNorm
         x = model.decoder.norm(x)
     return model.generator(x).flatten(0, 1)
@@ -167,6 +166,27 @@ def _prepare(model: Transformer, src: Tensor, src_mask: Tensor | None,
     return *prepared, pairs[0]                      # pairs[0]: set by `encode`
 
 
+def _static_decoder(model: Transformer, src: Tensor, src_mask: Tensor | None,
+                    max_len_a: float, max_len_b: int, step, *, beams: int,
+                    fixed: bool):
+    """The length limits of the sources `src`, encoded (`_prepare`), a `StaticCache`
+    of `beams` rows a sentence holding their keys and values (`fixed`: buffers of the
+    full limit from the start), and `next_logp(tokens)` for chapter 9's search loops:
+    `step` on that cache, given the last token of each prefix `tokens`."""
+    memory, src_mask, limit, kv = _prepare(model, src, src_mask, max_len_a,
+                                           max_len_b, step, beams)
+    length = int(limit.max()) if fixed else 1
+    cache = StaticCache(model, src.size(0), bucket(length), bucket(memory.size(1)),
+                        beams=beams)
+    cache.fill_source(model, memory, src_mask, kv=kv)
+
+    def next_logp(tokens: Tensor) -> Tensor:            # (rows, s) -> (rows, V)
+        cache.grow(tokens.size(1))                       # positions 0..s-1
+        t = torch.tensor([tokens.size(1) - 1], device=src.device)   # the last one
+        return step(model, _last(tokens).view(-1, beams), t, cache)
+    return limit, cache, next_logp
+
+
 def _fixed(step, fixed_shapes: bool | None) -> bool:
     "`fixed_shapes` if given, else whether `step` asks for them (part 9d's does)."
     if fixed_shapes is None:
@@ -187,44 +207,11 @@ def static_greedy_decode(model: Transformer, src: Tensor, *, bos_id: int = BOS_I
     positions, doubled when full). A step with an `encode` method encodes the source
     (`_prepare`)."""
     with eval_mode(model):
-        memory, src_mask, limit, kv = _prepare(model, src, src_mask, max_len_a,
-                                               max_len_b, step, 1)
-        length = int(limit.max()) if _fixed(step, fixed_shapes) else 1
-        cache = StaticCache(model, src.size(0), bucket(length), bucket(src.size(1)))
-        cache.fill_source(model, memory, src_mask, kv=kv)
-
-        def next_logp(tokens: Tensor) -> Tensor:    # (rows, step) -> (rows, V)
-            cache.grow(tokens.size(1))                       # positions 0..step-1
-            t = torch.tensor([tokens.size(1) - 1], device=src.device)   # last position
-            return step(model, _last(tokens), t, cache)
-
+        limit, _, next_logp = _static_decoder(
+            model, src, src_mask, max_len_a, max_len_b, step, beams=1,
+            fixed=_fixed(step, fixed_shapes))
         return greedy_loop(next_logp, limit=limit, pad_id=model.config.pad_id,
                            bos_id=bos_id, eos_id=eos_id, min_len=min_len)
-
-# %% ../../nbs/07b_static.ipynb #2857865f
-def _static_beams(model: Transformer, src: Tensor, src_mask: Tensor | None, K: int,
-                  n_best: int, max_len_a: float, max_len_b: int, bos_id: int,
-                  fixed: bool, step) -> tuple:
-    """The request checked, the sources encoded (`prepare_decoding`; by `step`'s
-    encoder if it has one), each one's length limit, a `StaticCache` of `batch`
-    sentences × K beams holding their keys and values (`fixed`: the full length
-    limit), the search's first state (§6.1): tokens, one live beam of K alike, nothing
-    finished; and its results so far (none)."""
-    if not 1 <= n_best <= K:
-        raise ValueError(f"n_best must lie in 1..beam_size={K}, got {n_best}")
-    memory, src_mask, limit, kv = _prepare(model, src, src_mask, max_len_a, max_len_b,
-                                           step, K)
-    B, dev, steps = src.size(0), src.device, int(limit.max())
-    cache = StaticCache(model, B, bucket(steps if fixed else 1), bucket(memory.size(1)),
-                        beams=K)
-    cache.fill_source(model, memory, src_mask, kv=kv)
-    tokens = torch.full((B * K, 1), bos_id, device=dev)      # (B*K, step)
-    live = torch.full((B, K), -math.inf, device=dev)
-    live[:, 0] = 0.0                                         # one beam of K alike
-    fin_scores = torch.full((B, K), -math.inf, device=dev)
-    fin_tokens = torch.full((B, K, steps), model.config.pad_id, device=dev)
-    return (limit, cache, tokens, live, fin_scores, fin_tokens, fin_scores.clone(),
-            fin_tokens.clone())
 
 # %% ../../nbs/07b_static.ipynb #505c0ce5
 def _take_rows(bufs: list[Tensor], index: Tensor, upto: int | None = None) -> None:
@@ -237,21 +224,18 @@ def _take_rows(bufs: list[Tensor], index: Tensor, upto: int | None = None) -> No
         bufs[i] = buf[:n]
 
 
-def _go_on(cache: StaticCache, s: int, keep: Tensor, rows: Tensor,
-           *per_sentence) -> tuple:
+def _follow(cache: StaticCache, rows: Tensor, keep: Tensor, s: int) -> None:
     """After step `s`, the sentences `keep` `(b',)` go on: the self-attention buffers
     take the rows `rows` `(b', K)` of the beams they continue (their first s keys). If
-    some sentences finished, the source's buffers keep the rows of the others, and
-    only the entries `keep` of the per-sentence tensors are returned."""
+    some sentences finished, the source's buffers keep the rows of the others."""
     _take_rows(cache.self_k, rows.view(-1), s)
     _take_rows(cache.self_v, rows.view(-1), s)
-    if len(keep) == len(per_sentence[0]):                # the same sentences go on
-        return per_sentence
+    if len(keep) == cache.src_mask.size(0):              # the same sentences go on
+        return
     masks = [cache.src_mask]
     for bufs in (cache.cross_k, cache.cross_v, masks):
         _take_rows(bufs, keep)
     cache.src_mask = masks[0]
-    return tuple(t[keep] for t in per_sentence)
 
 # %% ../../nbs/07b_static.ipynb #c7481741
 @torch.no_grad()
@@ -264,33 +248,11 @@ def static_beam_search(model: Transformer, src: Tensor, *, beam_size: int = BEAM
     """`beam_search` (chapter 9) on a `StaticCache` of `batch × beam_size` rows: the
     same ids `(batch, n_best, steps)` and scores `(batch, n_best)`. `fixed_shapes`: as
     in `static_greedy_decode`; if False, finished sentences also leave the cache."""
-    K, pad, fixed = beam_size, model.config.pad_id, _fixed(step, fixed_shapes)
+    K, fixed = beam_size, _fixed(step, fixed_shapes)
     with eval_mode(model):
-        (limit, cache, tokens, live, fin_scores, fin_tokens, out_scores,
-         out_tokens) = _static_beams(model, src, src_mask, K, n_best, max_len_a,
-                                     max_len_b, bos_id, fixed, step)
-        sent = torch.arange(src.size(0), device=src.device)     # the input's sentences
-        searching = torch.ones_like(sent, dtype=torch.bool)
-        for s in range(1, int(limit.max()) + 1):
-            cache.grow(s)                                    # positions 0..s-1
-            last = _last(tokens).view(-1, K)                 # (sentences, K)
-            logp = step(model, last, sent.new_tensor([s - 1]), cache)
-            logp = forbid_tokens(logp, s, pad, bos_id, eos_id, min_len)
-            top, beam, tok, ended = beam_candidates(live, logp, s, limit, eos_id, alpha)
-            fin_scores, fin_tokens = merge_finished(fin_scores, fin_tokens, ended,
-                                                    tokens, beam, tok, pad)
-            live, pick = top.masked_fill(tok == eos_id, -math.inf).topk(K, dim=1)
-            bound = best_reachable(live[:, 0], s, limit, alpha)
-            done = (s >= limit) | ((bound <= fin_scores[:, n_best - 1]) & early_stop)
-            now, searching = done & searching, searching & ~done   # now: just finished
-            out_scores[sent[now]], out_tokens[sent[now]] = (fin_scores[now],
-                                                            fin_tokens[now])
-            if not searching.any():
-                break
-            keep = (torch.ones_like(searching) if fixed else searching).nonzero()[:, 0]
-            rows, tokens = extend_beams(tokens, beam, tok, pick, keep)
-            sent, live, limit, fin_scores, fin_tokens, searching = _go_on(
-                cache, s, keep, rows, sent, live, limit, fin_scores, fin_tokens,
-                searching)
-        length = int((out_tokens[:, :n_best] != pad).sum(-1).max())
-        return out_tokens[:, :n_best, :length], out_scores[:, :n_best]
+        limit, cache, next_logp = _static_decoder(
+            model, src, src_mask, max_len_a, max_len_b, step, beams=K, fixed=fixed)
+        return beam_loop(next_logp, partial(_follow, cache), limit=limit, beam_size=K,
+                         alpha=alpha, n_best=n_best, min_len=min_len,
+                         pad_id=model.config.pad_id, bos_id=bos_id, eos_id=eos_id,
+                         early_stop=early_stop, keep_all=fixed)

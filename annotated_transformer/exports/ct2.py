@@ -13,7 +13,8 @@ from torch import nn
 from ..utils import optional_import
 from ..model import Transformer
 from ..data import load_tokenizer
-from ..decoding import BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B
+from ..decoding import (
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, output_limit)
 from ..formats import TOKENIZER_FILE
 from ..run.durable import staged
 from ..translator import BATCH_SIZE, Translator, translate_batched
@@ -165,7 +166,8 @@ def _ct2_search(engine: CT2Translator, rows: list[list[int]], beam_size: int,
     a translation past its own is made again with the rows of that limit. Greedy
     outputs are then ours; a beam may still differ where the longer limit changed
     what it kept."""
-    out, limits = [None] * len(rows), [len(r) + max_len_b for r in rows]
+    out = [None] * len(rows)
+    limits = [output_limit(len(r), max_len_b=max_len_b) for r in rows]
 
     def run(group: list[int], limit: int) -> None:
         found = engine.engine.translate_batch(

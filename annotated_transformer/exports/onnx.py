@@ -20,7 +20,7 @@ from ..batching import pad_ids
 from ..model import Transformer
 from ..data import load_tokenizer
 from ..decoding import (
-    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, greedy_loop, output_ids)
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, greedy_loop, output_ids, output_limit)
 from ..formats import BOS_ID, EOS_ID, PAD_ID, TOKENIZER_FILE
 from ..run.durable import staged
 from ..translator import BATCH_SIZE, translate_batched
@@ -232,7 +232,7 @@ def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]
         logp, past, _ = engine.next(tokens[:, -1:].numpy(), mask, cross, past)
         return torch.from_numpy(logp)
 
-    limit = torch.tensor([len(r) for r in rows]) + max_len_b
+    limit = output_limit(torch.tensor([len(r) for r in rows]), max_len_b=max_len_b)
     tokens, _ = greedy_loop(next_logp, limit=limit, pad_id=c["pad_id"],
                             bos_id=c["bos_id"], eos_id=c["eos_id"], min_len=0)
     return output_ids(tokens, pad_id=c["pad_id"], eos_id=c["eos_id"])

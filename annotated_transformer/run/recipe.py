@@ -16,7 +16,7 @@ from tqdm import tqdm
 from ..formats import (
     CHECKPOINTS_DIR, METRICS_FILE, RECIPE_FILE, TOKENIZER_FILE)
 from ..utils import default_device, hardware, world
-from ..precision import run_precision
+from ..precision import resolve_precision
 from .processes import barrier, init_distributed, teardown
 from ..model import TransformerConfig, make_model
 from ..batching import fits
@@ -169,7 +169,7 @@ def _open_run(r: TranslationRecipe, model_dir: Path,
     saved = model_dir / RECIPE_FILE
     kept = json.loads(saved.read_text()).get("train", {}).get("precision") \
         if saved.exists() else None
-    precision, why = run_precision(r.train.precision, device, kept=kept,
+    precision, why = resolve_precision(r.train.precision, device, kept=kept,
                                    where=f"the run in {model_dir}")
     r = replace(r, train=replace(r.train, precision=precision))
     if saved.exists():

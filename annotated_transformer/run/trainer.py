@@ -19,7 +19,7 @@ from ..formats import BOS_ID, EOS_ID, METRICS_FILE
 from ..utils import check_number, world
 from .durable import clear_staged
 from ..precision import (
-    check_precision, grad_scaler, run_precision, warn_if_emulated)
+    check_precision, grad_scaler, resolve_precision, warn_if_emulated)
 from .processes import (
     StopSignals, TrainingInterrupted, barrier, gather_rng_states, rank0_decides)
 from ..batching import (
@@ -93,7 +93,8 @@ _PRESETS = {     # the copy model in fp32: the same weights on every machine (ch
 # %% ../../nbs/06c_trainer.ipynb #5e043b62
 class LossMeter:
     """The mean loss per token and the tokens per second since the last log line; the
-    sums live in the loop's `state`, so a checkpoint between two lines keeps them."""
+    sums live in the loop's `state`, so a checkpoint between two lines keeps them. They
+    stay on the device until a line reads them (`float`), once per `log_every`."""
 
     def __init__(self, state: dict):
         self.state, self.since = state, time.perf_counter()
@@ -107,16 +108,17 @@ class LossMeter:
         s["step"], s["elapsed"] = s["step"] + 1, time.perf_counter() - self.start
         if bar is not None:
             bar.update()
-            bar.set_postfix(loss=f"{out['loss']:.3f}", lr=f"{out['lr']:.2e}",
-                            refresh=False)
 
-    def line(self, out: dict) -> dict:
+    def line(self, out: dict, bar=None) -> dict:
         "The log line of the updates since the last one; the sums start again."
         s, now = self.state, time.perf_counter()
         (loss, tokens), s["meter"] = s["meter"], [0.0, 0]
-        record = {"step": s["step"], "loss": loss / tokens, "lr": out["lr"],
-                  "grad_norm": out["grad_norm"],
+        loss, tokens = float(loss) / float(tokens), float(tokens)    # the one wait
+        record = {"step": s["step"], "loss": loss, "lr": out["lr"],
+                  "grad_norm": float(out["grad_norm"]),
                   "tok_per_s": tokens / (now - self.since), "elapsed": s["elapsed"]}
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{out['lr']:.2e}", refresh=False)
         self.since = now
         return record
 
@@ -137,7 +139,7 @@ def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str 
     `c.precision`; bf16 where it is emulated warns."""
     kept = read_state(found[-1]).get("config", {}).get("precision") if found else None
     where = f"the run resumed ({found[-1].name})" if found else ""
-    precision, why = run_precision(c.precision, device, kept=kept, where=where)
+    precision, why = resolve_precision(c.precision, device, kept=kept, where=where)
     if world()[0] == 0:
         warn_if_emulated(precision, device)
     return precision, why if c.precision == "auto" else None
@@ -171,9 +173,11 @@ def _save(run_dir: Path, model, optimizer, scheduler, scaler, state: dict,
     `c.keep_last` and any earlier one off the `save_every` grid (a signal's)."""
     step, rng = state["step"], gather_rng_states()                    # all ranks
     path = checkpoint_dir(run_dir, step)
+    meter = [float(v) for v in state["meter"]]          # the loss meter's sums, read
     if world()[0] == 0:
         save_checkpoint(path, model, optimizer=optimizer, scheduler=scheduler,
-                        scaler=scaler, state={**state, "config": asdict(c)}, rng=rng)
+                        scaler=scaler, state={**state, "meter": meter,
+                                              "config": asdict(c)}, rng=rng)
         done = list_checkpoints(run_dir)
         off = [p for p in done if checkpoint_step(p) % c.save_every
                and checkpoint_step(p) < step]
@@ -270,7 +274,7 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
             meter.add(out, bar)
             step, end = state["step"], state["step"] == c.steps
             if step % c.log_every == 0 or end:
-                _note(records, log, meter.line(out))
+                _note(records, log, meter.line(out, bar))
             if valid and rank == 0 and (step % c.eval_every == 0 or end):
                 _note(records, log, _eval_record(model, valid, c, step, pad_id))
             signum, due = signals.seen(device), step % c.save_every == 0 or end
