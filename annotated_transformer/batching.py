@@ -27,7 +27,11 @@ class Batch:
     n_tgt_tokens: int    # real labels: the loss is averaged over these
 
     def to(self, device) -> "Batch":
-        return replace(self, **{k: v.to(device) for k, v in vars(self).items()
+        "The batch on `device`: to a GPU through pinned memory, without waiting for it."
+        gpu = torch.device(device).type == "cuda"
+        move = lambda t: (t.pin_memory().to(device, non_blocking=True)
+                          if gpu and t.device.type == "cpu" else t.to(device))
+        return replace(self, **{k: move(v) for k, v in vars(self).items()
                                 if torch.is_tensor(v)})
 
 

@@ -57,7 +57,8 @@ def greedy_loop(next_logp, *, limit: Tensor, pad_id: int, bos_id: int, eos_id: i
     scores = torch.zeros(batch, device=dev)              # float32 whatever the model
     done = torch.zeros(batch, dtype=torch.bool, device=dev)
     for step in range(1, int(limit.max()) + 1):
-        logp = forbid_tokens(next_logp(tokens), step, pad_id, bos_id, eos_id, min_len)
+        logp = forbid_tokens(next_logp(tokens), step, pad_id=pad_id, bos_id=bos_id,
+                             eos_id=eos_id, min_len=min_len)
         best_logp, best = logp.max(dim=-1)                        # (batch,)
         scores += best_logp.masked_fill(done, 0.0)
         tokens = torch.cat([tokens, best.masked_fill(done, pad_id)[:, None]], dim=1)
@@ -111,7 +112,7 @@ class Beams:
         "Before the first step: K identical prefixes (BOS), of which only beam 0 lives."
         (B,), dev, inf = limit.shape, limit.device, math.inf
         live = torch.full((B, K), -inf, device=dev)
-        live[:, 0] = 0.0                       # K copies of one beam would fill the beam
+        live[:, 0] = 0.0                # K copies of one beam would fill the beam
         return cls(tokens=torch.full((B * K, 1), bos_id, device=dev), live=live,
                    fin_scores=torch.full((B, K), -inf, device=dev),
                    fin_tokens=torch.full((B, K, int(limit.max())), pad_id, device=dev),
@@ -141,7 +142,8 @@ def beam_loop(next_logp, follow, *, limit: Tensor, beam_size: int = BEAM_SIZE,
     K, s = beam_size, Beams.start(limit, beam_size, bos_id=bos_id, pad_id=pad_id)
     out_scores, out_tokens = s.fin_scores.clone(), s.fin_tokens.clone()
     for step in range(1, int(limit.max()) + 1):
-        logp = forbid_tokens(next_logp(s.tokens), step, pad_id, bos_id, eos_id, min_len)
+        logp = forbid_tokens(next_logp(s.tokens), step, pad_id=pad_id, bos_id=bos_id,
+                             eos_id=eos_id, min_len=min_len)
         top, beam, tok, ended = beam_candidates(s.live, logp, step, s.limit, eos_id,
                                                 alpha)
         s.fin_scores, s.fin_tokens = merge_finished(s.fin_scores, s.fin_tokens, ended,
@@ -154,7 +156,8 @@ def beam_loop(next_logp, follow, *, limit: Tensor, beam_size: int = BEAM_SIZE,
         out_tokens[s.sent[now]] = s.fin_tokens[now]
         if not s.searching.any():
             break
-        keep = (torch.ones_like(s.searching) if keep_all else s.searching).nonzero()[:, 0]
+        going_on = torch.ones_like(s.searching) if keep_all else s.searching
+        keep = going_on.nonzero()[:, 0]
         rows, s.tokens = extend_beams(s.tokens, beam, tok, pick, keep)
         follow(rows, keep, step)                 # the decoder's cache follows the beams
         s = s.select(keep)
@@ -217,7 +220,7 @@ def prepare_decoding(model: nn.Module, src: Tensor, src_mask: Tensor | None,
     return memory, src_mask, limit
 
 # %% ../nbs/07c_decoding_details.ipynb #538ce758
-def forbid_tokens(logp: Tensor, step: int, pad_id: int, bos_id: int, eos_id: int,
+def forbid_tokens(logp: Tensor, step: int, *, pad_id: int, bos_id: int, eos_id: int,
                   min_len: int) -> Tensor:
     """Forbid padding and BOS as outputs, and EOS at steps 1..min_len (in place).
     A building block of the searches of chapter 9 and part 9b (`static`)."""

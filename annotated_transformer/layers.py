@@ -20,7 +20,7 @@ class PositionwiseFeedForward(nn.Module):
     layer.
     """
 
-    def __init__(self, d_model: int, d_ff: int, p_ff_drop: float = 0.0,
+    def __init__(self, d_model: int, d_ff: int, *, p_ff_drop: float = 0.0,
                  activation: str = "relu"):
         super().__init__()
         self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
@@ -37,7 +37,8 @@ class SublayerConnection(nn.Module):
     sub-layer's output (§5.4). Post-LN (the paper): LayerNorm(x + Dropout(sublayer(x))).
     `norm_first=True` gives Pre-LN: x + Dropout(sublayer(LayerNorm(x)))."""
 
-    def __init__(self, d_model: int, p_drop: float = P_DROP, norm_first: bool = False):
+    def __init__(self, d_model: int, p_drop: float = P_DROP, *,
+                 norm_first: bool = False):
         super().__init__()
         self.norm, self.dropout = nn.LayerNorm(d_model), nn.Dropout(p_drop)
         self.norm_first = norm_first
@@ -54,16 +55,18 @@ class EncoderLayer(nn.Module):
     `mask` a bool padding mask `(batch, 1, S)` (True = may attend) → same shape as x.
     `bias=False`: attention projections without biases (chapter 2)."""
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, p_drop: float = P_DROP,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, p_drop: float = P_DROP,
                  p_attn_drop: float = 0.0, p_ff_drop: float = 0.0,
                  norm_first: bool = False, activation: str = "relu",
                  bias: bool = True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop,
-                                                    activation)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop=p_attn_drop,
+                                            bias=bias)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop=p_ff_drop,
+                                                    activation=activation)
         self.sublayers = nn.ModuleList(
-            SublayerConnection(d_model, p_drop, norm_first) for _ in range(2))
+            SublayerConnection(d_model, p_drop, norm_first=norm_first)
+            for _ in range(2))
 
     def forward(self, x: Tensor, *, mask: Tensor | None = None) -> Tensor:
         attend = lambda y: self.self_attn(query=y, key=y, value=y, mask=mask)
@@ -81,16 +84,19 @@ class DecoderLayer(nn.Module):
     layer's `{"self": {}, "cross": {}}`, filled in place. `bias` as in `EncoderLayer`.
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, p_drop: float = P_DROP,
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, *, p_drop: float = P_DROP,
                  p_attn_drop: float = 0.0, p_ff_drop: float = 0.0,
                  norm_first: bool = False, activation: str = "relu", bias: bool = True):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop, bias)
-        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop,
-                                                    activation)
+        self.self_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop=p_attn_drop,
+                                            bias=bias)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, p_attn_drop=p_attn_drop,
+                                            bias=bias)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_ff_drop=p_ff_drop,
+                                                    activation=activation)
         self.sublayers = nn.ModuleList(
-            SublayerConnection(d_model, p_drop, norm_first) for _ in range(3))
+            SublayerConnection(d_model, p_drop, norm_first=norm_first)
+            for _ in range(3))
 
     def forward(self, x: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: dict | None = None) -> Tensor:

@@ -106,7 +106,7 @@ class Transformer(nn.Module):
         self.src_pos = Positions(c.d_model, c.p_drop, c.max_len)
         self.tgt_pos = Positions(c.d_model, c.p_drop, c.max_len)
         self.encoder, self.decoder = Encoder(c), Decoder(c)
-        self.generator = Generator(c.d_model, tgt_vocab, c.bias)
+        self.generator = Generator(c.d_model, tgt_vocab, bias=c.bias)
         if c.tie_embeddings:                       # §3.4: one matrix, three uses
             self.tgt_embed.weight = self.generator.weight = self.src_embed.weight
 
@@ -145,7 +145,7 @@ def make_model(src_vocab: int, tgt_vocab: int,
             nn.init.xavier_uniform_(p)
         elif name.endswith("bias"):
             nn.init.zeros_(p)
-    for m in model.modules():       # inputs are checked once, by the model (check_inputs)
+    for m in model.modules():       # inputs are checked once, by the model
         if isinstance(m, MultiHeadAttention):
             m.check_shapes = False
     return model

@@ -23,7 +23,7 @@ class _HeadProjections(nn.Module):
     """The linear maps of §3.2.2: [W^Q; W^K; W^V] as one `in_proj`, W^O as `out_proj`,
     and the split of a projection into h heads of d_k = d_model / h."""
 
-    def __init__(self, d_model: int, n_heads: int, bias: bool = True):
+    def __init__(self, d_model: int, n_heads: int, *, bias: bool = True):
         super().__init__()
         check_heads(d_model, n_heads)
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
@@ -65,9 +65,9 @@ class MultiHeadAttention(_HeadProjections):
     """
     check_shapes = True
 
-    def __init__(self, d_model: int, n_heads: int, p_attn_drop: float = 0.0,
+    def __init__(self, d_model: int, n_heads: int, *, p_attn_drop: float = 0.0,
                  bias: bool = True):
-        super().__init__(d_model, n_heads, bias)
+        super().__init__(d_model, n_heads, bias=bias)
         self.dropout = nn.Dropout(p_attn_drop)
         self.keep_weights, self.weights = False, None
 

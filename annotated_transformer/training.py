@@ -95,7 +95,7 @@ def train_step(model: nn.Module, batches: list[Batch], optimizer, scheduler, *,
     """One update from the micro-batches `batches`, equal to one update on their union:
     each summed loss is divided by the target tokens of all micro-batches and ranks.
     `loss` and `grad_norm` come back as 0-d tensors on the model's device, so that no
-    update waits for the device; `float()` reads them (a log line, every few updates)."""
+    update waits for the device; `float()` reads them (a log line, now and then)."""
     if len(batches) == 0:
         raise ValueError("batches must hold at least one micro-batch, got none")
     if clip_norm is not None:
@@ -134,7 +134,8 @@ def evaluate(model: nn.Module, batches, *, eps_ls: float = EPS_LS,
              pad_id: int = PAD_ID, precision: str = "fp32") -> dict:
     "Per target token: smoothed loss, NLL, perplexity exp(NLL) (§6.2) and accuracy."
     device = next(model.parameters()).device
-    loss = nll = correct = n = 0.0
+    sums = torch.zeros(3, dtype=torch.float64, device=device)   # read once, at the end
+    n = 0
     with eval_mode(model):                  # dropout off, then the mode it had
         for b in batches:
             b = b.to(device)
@@ -142,12 +143,14 @@ def evaluate(model: nn.Module, batches, *, eps_ls: float = EPS_LS,
                 log_probs = model(b.src, b.tgt_in, src_mask=b.src_mask,
                                   tgt_mask=b.tgt_mask).float()
             keep = b.tgt_out != pad_id
-            loss += label_smoothing_loss(log_probs, b.tgt_out, eps_ls=eps_ls,
-                                         pad_id=pad_id, reduction="sum").item()
-            nll += F.nll_loss(log_probs.flatten(0, 1), b.tgt_out.flatten(),
-                              ignore_index=pad_id, reduction="sum").item()
-            correct += ((log_probs.argmax(-1) == b.tgt_out) & keep).sum().item()
+            loss = label_smoothing_loss(log_probs, b.tgt_out, eps_ls=eps_ls,
+                                        pad_id=pad_id, reduction="sum")
+            nll = F.nll_loss(log_probs.flatten(0, 1), b.tgt_out.flatten(),
+                             ignore_index=pad_id, reduction="sum")
+            correct = ((log_probs.argmax(-1) == b.tgt_out) & keep).sum()
+            sums += torch.stack([loss, nll, correct]).double()
             n += b.n_tgt_tokens
+    loss, nll, correct = sums.tolist()
     if n == 0:
         raise ValueError("batches must hold at least one target token, got none")
     return {"loss": loss / n, "nll": nll / n, "ppl": math.exp(nll / n),

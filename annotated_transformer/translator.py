@@ -22,6 +22,7 @@ def corpus_bleu(hypotheses: list[str], references: list[str]):
 import sys
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import torch
@@ -34,7 +35,7 @@ from .precision import (
 from .model import Transformer
 from .batching import pad_ids
 from .decoding import (
-    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode)
+    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode, output_limit)
 from .data import decode_ids, normalize_line
 
 # %% ../nbs/09bb_translator_details.ipynb #53c4c717
@@ -59,7 +60,9 @@ class TruncationWarning(UserWarning):
 
 def encode_sources(sp, sentences, *, max_len: int, max_len_b: int) -> list[list[int]]:
     "Ids of each sentence ([] if blank), cut so that a translation fits `max_len`."
-    max_src = max(1, max_len - max_len_b)
+    fits = (n for n in range(max_len, 0, -1)     # the longest whose output limit fits
+            if output_limit(n, max_len_b=max_len_b) <= max_len)
+    max_src = next(fits, 1)
     out = []
     for i, s in enumerate(sentences):
         ids = sp.encode(normalize_line(s)) if s and s.strip() else []
@@ -156,19 +159,19 @@ def choose_decoding(model: Transformer, *, precision: str = "auto",
 
 # %% ../nbs/09bb_translator_details.ipynb #5668eb1a
 class Translator:
-    """A trained Transformer and its sentencepiece model, translating sentences by beam
-    search (§6.1); how it decodes is decided once, by `use` (`choose_decoding`)."""
+    "A trained Transformer and its tokenizer, translating as `use` decided once (§6.1)."
 
     def __init__(self, model: Transformer, sp, *, src_lang: str = "en",
                  tgt_lang: str = "de", notes: dict | None = None,
-                 precision: str = "auto", engine: Callable | None = None):
+                 precision: str = "auto", engine: Callable | None = None,
+                 say: bool = True):
         if sp.get_piece_size() != model.src_embed.num_embeddings:
             raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces, the "
                              f"model's vocabulary {model.src_embed.num_embeddings}")
         self.model, self.sp = model, sp
         self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
         self.directory = None           # the model directory it came from, if any
-        self.use(precision=precision, engine=engine)
+        self.use(precision=precision, engine=engine, say=say)
 
     def use(self, *, precision: str = "auto", engine: Callable | None = None,
             say: bool = True) -> "Translator":
@@ -188,8 +191,8 @@ class Translator:
         if beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         d = self.decoding
-        search = lambda rows: _search(d, rows, beam_size=beam_size, alpha=alpha,
-                                      max_len_b=max_len_b)
+        search = partial(_search, d, beam_size=beam_size, alpha=alpha,
+                         max_len_b=max_len_b)
         with eval_mode(d.model), torch.inference_mode():   # the model keeps its mode
             out = translate_batched(self.sp, sentences, search,
                                     max_len=d.model.config.max_len, max_len_b=max_len_b,

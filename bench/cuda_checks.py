@@ -50,7 +50,7 @@ print("beam cached == uncached tokens:", torch.equal(beam[True][0], beam[False][
       "max score diff", (beam[True][1] - beam[False][1]).abs().max().item())
 print("greedy cached == uncached tokens:", torch.equal(greedy[True][0], greedy[False][0]))
 
-mha = MultiHeadAttention(64, 4, 0.0).to(dev).eval()
+mha = MultiHeadAttention(64, 4).to(dev).eval()
 ref = torch.nn.MultiheadAttention(64, 4, batch_first=True).to(dev).eval()
 with torch.no_grad():
     ref.in_proj_weight.copy_(mha.in_proj.weight)

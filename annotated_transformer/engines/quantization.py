@@ -50,6 +50,7 @@ class Int8MultiHeadAttention(MultiHeadAttention):
                               None if bias is None else bias[first * d:last * d])
             for (first, last), name in _BLOCKS.items()})
         new.out_proj = int8_linear(mha.out_proj.weight, mha.out_proj.bias)
+        new.check_shapes = mha.check_shapes        # a model's: checked at its boundary
         return new.eval()
 
     def project_blocks(self, x: Tensor, first: int, last: int) -> Tensor:

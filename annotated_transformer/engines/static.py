@@ -165,7 +165,7 @@ def _prepare(model: Transformer, src: Tensor, src_mask: Tensor | None,
                                 encode=None if own is None else encode)
     return *prepared, pairs[0]                      # pairs[0]: set by `encode`
 
-
+# %% ../../nbs/07b_static.ipynb #195c7382
 def _static_decoder(model: Transformer, src: Tensor, src_mask: Tensor | None,
                     max_len_a: float, max_len_b: int, step, *, beams: int,
                     fixed: bool):

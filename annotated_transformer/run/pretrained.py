@@ -104,7 +104,7 @@ def load_translator(source, *, device=None, cache_dir=None, precision: str = "au
     model, sp, meta = load_model_dir(source, device=device, cache_dir=cache_dir)
     translator = Translator(model, sp, src_lang=meta.get("src_lang", "en"),
                             tgt_lang=meta.get("tgt_lang", "de"),
-                            notes=meta.get("notes"))
+                            notes=meta.get("notes"), precision=precision,
+                            engine=engine, say=say)          # decided once, here
     translator.directory = meta["directory"]
-    translator.use(precision=precision, engine=engine, say=say)
     return translator

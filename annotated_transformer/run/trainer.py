@@ -145,9 +145,20 @@ def _run_precision(c: TrainConfig, found: list[Path], device) -> tuple[str, str 
     return precision, why if c.precision == "auto" else None
 
 # %% ../../nbs/06c_trainer.ipynb #bd040a0f
-def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
-    """Optimizer, scheduler, scaler and loop state, from `run_dir`'s last checkpoint
-    (or fresh); the run's precision and why."""
+@dataclass
+class _Run:
+    """What a run's updates share: the optimizer, its schedule, the gradient scaler, the
+    loop's `state`, and the `config` with the run's concrete precision."""
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    state: dict
+    config: TrainConfig
+
+
+def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None) -> tuple:
+    """The `_Run` from `run_dir`'s last checkpoint (or fresh), and why its precision is
+    the one it is (None: named in `c`)."""
     rank, device = world()[0], next(model.parameters()).device
     optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup=c.warmup,
                                           factor=c.lr_factor, ramp=c.ramp)
@@ -164,20 +175,20 @@ def _resume(model: nn.Module, c: TrainConfig, run_dir: Path | None):
         run_dir.mkdir(parents=True, exist_ok=True)
         clear_staged(run_dir)                     # writes cut short by a kill
         truncate_metrics(run_dir / METRICS_FILE, state["step"])   # to be redone
-    return optimizer, scheduler, scaler, state, precision, why
+    c = replace(c, precision=precision)           # checkpoints record the concrete one
+    return _Run(optimizer, scheduler, scaler, state, c), why
 
 # %% ../../nbs/06c_trainer.ipynb #3e470bb0
-def _save(run_dir: Path, model, optimizer, scheduler, scaler, state: dict,
-          c: TrainConfig) -> Path:
-    """Checkpoint `state['step']`: rank 0 writes it, then deletes all but the last
-    `c.keep_last` and any earlier one off the `save_every` grid (a signal's)."""
-    step, rng = state["step"], gather_rng_states()                    # all ranks
+def _save(run_dir: Path, model: nn.Module, run: _Run) -> Path:
+    """Checkpoint `run`'s step: rank 0 writes it, then deletes all but the last
+    `keep_last` and any earlier one off the `save_every` grid (a signal's)."""
+    c, step, rng = run.config, run.state["step"], gather_rng_states()   # all ranks
     path = checkpoint_dir(run_dir, step)
-    meter = [float(v) for v in state["meter"]]          # the loss meter's sums, read
+    meter = [float(v) for v in run.state["meter"]]     # the loss meter's sums, read
     if world()[0] == 0:
-        save_checkpoint(path, model, optimizer=optimizer, scheduler=scheduler,
-                        scaler=scaler, state={**state, "meter": meter,
-                                              "config": asdict(c)}, rng=rng)
+        save_checkpoint(path, model, optimizer=run.optimizer, scheduler=run.scheduler,
+                        scaler=run.scaler, rng=rng,
+                        state={**run.state, "meter": meter, "config": asdict(c)})
         done = list_checkpoints(run_dir)
         off = [p for p in done if checkpoint_step(p) % c.save_every
                and checkpoint_step(p) < step]
@@ -225,12 +236,12 @@ def _note(records: list, log: Path | None, record: dict) -> None:
         log_metrics(log, record)
 
 
-def _start(model: nn.Module, c: TrainConfig, run_dir: Path | None):
-    "`_resume`, with the run's concrete precision put in `c` (checkpoints record it)."
-    optimizer, scheduler, scaler, state, precision, why = _resume(model, c, run_dir)
+def _start(model: nn.Module, c: TrainConfig, run_dir: Path | None) -> _Run:
+    "`_resume`, saying on stderr why the precision is the one it is (`auto` only)."
+    run, why = _resume(model, c, run_dir)
     if why and c.progress and world()[0] == 0:
         tqdm.write(why, file=sys.stderr)
-    return optimizer, scheduler, scaler, state, replace(c, precision=precision)
+    return run
 
 
 def _ddp(model: nn.Module, device) -> nn.Module:
@@ -260,7 +271,8 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
     rank, device = world()[0], next(model.parameters()).device
     run_dir, pad_id = Path(run_dir) if run_dir else None, model.config.pad_id
     log = run_dir / METRICS_FILE if run_dir and rank == 0 else None
-    optimizer, scheduler, scaler, state, c = _start(model, config, run_dir)
+    run = _start(model, config, run_dir)
+    state, c = run.state, run.config
     stream, valid = _data(train_pairs, valid_pairs, c, state, pad_id)
     net, records, meter = _ddp(model, device), [], LossMeter(state)
     bar = tqdm(total=c.steps, initial=state["step"], disable=not c.progress or rank > 0)
@@ -268,9 +280,9 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
     with StopSignals() as signals, bar:
         while state["step"] < c.steps:
             batches = _micro_batches(stream, train_pairs, c, state, pad_id, device)
-            out = train_step(net, batches, optimizer, scheduler, scaler=scaler,
-                             eps_ls=c.eps_ls, pad_id=pad_id, clip_norm=c.clip_norm,
-                             precision=c.precision)
+            out = train_step(net, batches, run.optimizer, run.scheduler,
+                             scaler=run.scaler, eps_ls=c.eps_ls, pad_id=pad_id,
+                             clip_norm=c.clip_norm, precision=c.precision)
             meter.add(out, bar)
             step, end = state["step"], state["step"] == c.steps
             if step % c.log_every == 0 or end:
@@ -279,7 +291,7 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
                 _note(records, log, _eval_record(model, valid, c, step, pad_id))
             signum, due = signals.seen(device), step % c.save_every == 0 or end
             if run_dir and (due or signum):       # a signal: a checkpoint off the grid
-                path = _save(run_dir, model, optimizer, scheduler, scaler, state, c)
+                path = _save(run_dir, model, run)
                 if due and _ask_hook(on_checkpoint, step, path, device) and not signum:
                     break
             if signum:
