@@ -28,7 +28,7 @@ one more level, the thread count, outermost. --engines keeps some of the engines
 
     python bench/bench_complexity.py            # the full grid: 15 to 20 minutes, quiet
     python bench/bench_complexity.py --quick    # d_model 64: about half a minute, quiet
-    # one thread against two, self-attention and the LSTM at batch 1: about 5 minutes
+    # one thread against two, self-attention and the LSTM at batch 1, paired by round
     python bench/bench_complexity.py --threads 1 2 --batches 1 --rounds 7 \
         --engines self-attention LSTM --out bench/results/complexity_threads.json
 """
