@@ -67,9 +67,9 @@ class NarrowAttention(MultiHeadAttention):
     """Multi-head attention whose heads have d_k = d_v chosen apart from d_model / h
     (Table 3, row B): the projections map d_model to h·d_k and back."""
 
-    def __init__(self, d_model: int, n_heads: int, d_k: int, p_attn_drop: float = 0.0,
-                 bias: bool = True):
-        super().__init__(d_model, n_heads, p_attn_drop, bias)
+    def __init__(self, d_model: int, n_heads: int, d_k: int, *,
+                 p_attn_drop: float = 0.0, bias: bool = True):
+        super().__init__(d_model, n_heads, p_attn_drop=p_attn_drop, bias=bias)
         self.d_k = d_k
         self.in_proj = nn.Linear(d_model, 3 * n_heads * d_k, bias=bias)
         self.out_proj = nn.Linear(n_heads * d_k, d_model, bias=bias)
