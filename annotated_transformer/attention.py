@@ -21,15 +21,17 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
 
 # %% ../nbs/01_attention.ipynb #fba32c75
 def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None,
-              dropout=None) -> tuple[Tensor, Tensor]:
+              dropout=None, *, check: bool = True) -> tuple[Tensor, Tensor]:
     """Scaled dot-product attention, Eq. (1) of §3.2.1: softmax(QKᵀ/√d_k)·V.
 
     query `(..., n_q, d_k)`, key `(..., n_k, d_k)`, value `(..., n_k, d_v)`; `mask`
     is a bool tensor broadcastable to `(..., n_q, n_k)`, `True` = may attend.
-    `dropout`, if given, is applied to the weights.
+    `dropout`, if given, is applied to the weights; `check=False` skips the argument
+    checks (a caller that checked its inputs already, chapter 2's layer).
     Returns the output `(..., n_q, d_v)` and the weights `(..., n_q, n_k)`.
     """
-    _check_attention_args(query, key, value, mask)
+    if check:
+        _check_attention_args(query, key, value, mask)
     d_k = query.size(-1)
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., n_q, n_k)
     if mask is not None:

@@ -57,11 +57,10 @@ class MultiHeadAttention(_HeadProjections):
     `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
     tensor as query, key and value for self-attention. `cache` (a dict, filled in
     place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`; otherwise Eq. (1)
-    runs as PyTorch's fused `scaled_dot_product_attention`, in training (dropout
-    included) and evaluation alike. `p_attn_drop`: dropout on the attention weights;
-    `bias=False` drops the projections' biases (the equations'). A `Transformer`
-    checks its inputs once (`check_inputs`) and turns `check_shapes` off here.
+    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. Otherwise Eq. (1) runs
+    as PyTorch's fused `scaled_dot_product_attention`, dropout included (training in
+    bf16 on a CPU aside). `p_attn_drop`: dropout on the weights; `bias=False`: no
+    biases (the equations'). `make_model` turns `check_shapes` off (checked once).
     """
     check_shapes = True
 
@@ -80,9 +79,12 @@ class MultiHeadAttention(_HeadProjections):
         q, k, v = _project_heads(self, query, key, value, cache)  # (batch, h, n, d_k)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head
-        if self.keep_weights:          # Eq. (1) written out, to keep its weights
-            out, weights = attention(q, k, v, mask=mask, dropout=self.dropout)
-            self.weights = weights.detach()
+        # training in bf16 on a CPU, Eq. (1) written out is faster (part 7c, Speed)
+        cpu_bf16 = q.dtype == torch.bfloat16 and q.device.type == "cpu"
+        if self.keep_weights or (self.training and cpu_bf16):
+            out, weights = attention(q, k, v, mask, self.dropout, check=False)
+            if self.keep_weights:
+                self.weights = weights.detach()
         else:                          # Eq. (1) as one fused kernel, same numbers
             p = self.dropout.p if self.training else 0.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)

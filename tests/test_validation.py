@@ -482,6 +482,10 @@ def test_a_training_step_runs_the_fused_attention(monkeypatch, p_attn_drop):
     with pytest.raises(AssertionError, match="written-out attention ran"):
         training.train_step(model, [batching.make_batch(ONE_PAIR)],
                             *optimizer_and_scheduler())
+    layers[0].keep_weights = False               # bf16 on the CPU: written out, faster
+    with pytest.raises(AssertionError, match="written-out attention ran"):
+        training.train_step(model, [batching.make_batch(ONE_PAIR)],
+                            *optimizer_and_scheduler(), precision="bf16")
 
 
 def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):
