@@ -103,7 +103,7 @@ class TokenBatchSampler:
     def __len__(self) -> int:
         return len(self.batches())
 
-# %% ../nbs/06c_trainer.ipynb #4a508b78
+# %% ../nbs/07c_trainer.ipynb #4a508b78
 def pair_lengths(pairs) -> list[tuple[int, int]]:
     "Positions each `(src_ids, tgt_ids)` pair takes: the source, and the target + 1."
     return [(len(s), len(t) + 1) for s, t in pairs]       # +1: <BOS> in, <EOS> out
@@ -122,7 +122,7 @@ def fixed_batches(pairs, max_tokens: int, *, pad_id: int = PAD_ID,
     return [make_batch([pairs[i] for i in idx], pad_id=pad_id, bos_id=bos_id,
                        eos_id=eos_id) for idx in sampler.batches()]
 
-# %% ../nbs/06c_trainer.ipynb #945740df
+# %% ../nbs/07c_trainer.ipynb #945740df
 def batch_stream(sampler: TokenBatchSampler, epoch: int, index: int):
     "(epoch, index, example indices) from batch `index` of `epoch` on, forever."
     while True:

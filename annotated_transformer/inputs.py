@@ -116,7 +116,7 @@ def check_inputs(model, check: bool | None = None, src=None, tgt=None, *, src_ma
     _check_ids(src=(src, model.src_embed.num_embeddings),
                tgt=(tgt, model.tgt_embed.num_embeddings))
 
-# %% ../nbs/07c_decoding_details.ipynb #02eea2cc
+# %% ../nbs/09c_decoding_details.ipynb #02eea2cc
 def check_source(model, src: Tensor) -> None:
     "A ValueError unless `src` is `(batch, src_len)` ids that fit the positional table."
     if src.dim() != 2:

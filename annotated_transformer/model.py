@@ -201,7 +201,7 @@ def _init_cache(model) -> list[dict]:
 
 Transformer.init_cache = _init_cache    # the model's method, for decode(cache=)
 
-# %% ../nbs/07c_decoding_details.ipynb #249b5c81
+# %% ../nbs/09c_decoding_details.ipynb #249b5c81
 def reorder_cache(cache: list[dict], index: Tensor,
                   parts: tuple = ("self", "cross")) -> None:
     "Keep rows `index` (a long tensor) of the cached keys and values of `parts`."

@@ -154,7 +154,7 @@ def warn_if_emulated(precision: str, device=None, *, once: bool = True) -> bool:
                   f"{auto} on this machine", stacklevel=caller_stacklevel())
     return True
 
-# %% ../nbs/06c_trainer.ipynb #98520cf0
+# %% ../nbs/07c_trainer.ipynb #98520cf0
 from contextlib import contextmanager, nullcontext
 
 from torch.nn.attention import SDPBackend, sdpa_kernel

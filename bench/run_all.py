@@ -7,8 +7,8 @@ past the limit (50 minutes by default, room for the longest chapter on a slow ho
 and reported as such: the book promises that none does.
 
     python bench/run_all.py                 # every chapter, 2 threads (the default here)
-    python bench/run_all.py nbs/07_decoding.ipynb --limit 600   # a tighter limit
-    python bench/run_all.py nbs/11_inside.ipynb --store   # also keep its outputs
+    python bench/run_all.py nbs/09_decoding.ipynb --limit 600   # a tighter limit
+    python bench/run_all.py nbs/13_inside.ipynb --store   # also keep its outputs
 
 `--store` writes the executed notebook back in place (as `make execute` does, then
 tools/nbclean.py), so one run both times a chapter and stores the outputs the book shows.

@@ -114,7 +114,7 @@ def test_running_cost_note_agrees_with_the_file(path):
 
 
 def test_install_spec_is_the_cells_requirement():
-    nb = json.loads((ROOT / "nbs/08_data.ipynb").read_text(encoding="utf-8"))
+    nb = json.loads((ROOT / "nbs/10_data.ipynb").read_text(encoding="utf-8"))
     sources = ["".join(c["source"]) for c in nb["cells"]]
     cell = next(s for s in sources if s.startswith("#| hide") and "SPEC =" in s)
     assert running_cost.install_spec(nb) in cell

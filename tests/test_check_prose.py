@@ -54,7 +54,7 @@ def test_tie_to_a_missing_cell_fails(tmp_path):
     "The paper (Vaswani et al., 2017) reports 27.3 BLEU on newstest2014.",
     "Inside math $d_{model} = 512$ and code `steps=1200`, bf16 and AVX-512 and fp32.",
     "# 7c. The training loop\n\n1. first item\n2. second item",
-    "mean 0 and variance 1; see [7b. Checkpoints](06b_checkpoints.ipynb).",
+    "mean 0 and variance 1; see [7b. Checkpoints](07b_checkpoints.ipynb).",
 ])
 def test_references_math_code_years_and_allowlist_pass(tmp_path, text):
     assert problems(page(tmp_path, text)) == []

@@ -52,7 +52,7 @@ def test_a_failed_pip_shows_its_lines_and_stops(tmp_path):
 
 def test_a_missing_extra_module_installs_even_at_the_right_version():
     "A reader with the base package who opens a page needing `data` gets the extra."
-    cell = install_cell("08_data.ipynb")
+    cell = install_cell("10_data.ipynb")
     needs = re.search(r"NEEDS = (\(.*?\)\.split\(\))", cell, re.S).group(1)
     assert "sentencepiece" in needs and "sacrebleu" in needs and "datasets" in needs
     probe = cell.split("if _have is None")[0].replace(

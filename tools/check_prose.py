@@ -23,8 +23,8 @@ The same check fails on words that narrate the making of the book (HARNESS below
 prose, in code comments (Colab shows every cell, hidden ones too) and in stored outputs.
 
     python tools/check_prose.py                 # every page of _toc.yml
-    python tools/check_prose.py nbs/07_decoding.ipynb
-    python tools/check_prose.py --list nbs/07_decoding.ipynb   # every numeral and its verdict
+    python tools/check_prose.py nbs/09_decoding.ipynb
+    python tools/check_prose.py --list nbs/09_decoding.ipynb   # every numeral and its verdict
 """
 import argparse
 import json

@@ -132,7 +132,7 @@ INI
 
 # shrunk even by hand: their full runs take minutes (bench/run_all.py times them; the
 # introduction's table)
-SHRUNK=" 06d_copy 07_decoding 07c_decoding_details 09b_translator 09bb_translator_details 09d_export 09dd_onnx 10_why_attention 11_inside "
+SHRUNK=" 08_copy 09_decoding 09c_decoding_details 11_translator 11b_translator_details 11d_export 11e_onnx 12_why_attention 13_inside "
 listed() {  # the chapters a list file names, as " name name ... "
   echo " $(grep -v '^#' "$1" | xargs -n1 basename | sed 's/\.ipynb$//' | xargs) "
 }

@@ -80,7 +80,7 @@ def gather_rng_states() -> list[dict]:
     dist.all_gather_object(states, rng_state())
     return states
 
-# %% ../../nbs/06c_trainer.ipynb #c6c0c051
+# %% ../../nbs/07c_trainer.ipynb #c6c0c051
 import signal
 import sys
 from pathlib import Path
@@ -101,7 +101,7 @@ class TrainingInterrupted(SystemExit):
         return type(self), (self.signum, self.step, self.path)
 
 
-# %% ../../nbs/06c_trainer.ipynb #c6c0c054
+# %% ../../nbs/07c_trainer.ipynb #c6c0c054
 class StopSignals:
     """While `train` runs: the first SIGTERM or SIGINT is noted and later ones ignored;
     the previous handlers come back on exit. Only the main thread can set handlers."""
