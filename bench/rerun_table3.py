@@ -22,7 +22,6 @@ the stored record that remains with it does not come from the kernel.
 """
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import annotated_transformer
 from annotated_transformer.attention import attention
 from annotated_transformer.lab.ablations import (ablation_data, expand_variants,
                                                  run_variant)
+from annotated_transformer.run.durable import write_durably
 from annotated_transformer.utils import hardware
 
 HERE = Path(__file__).resolve().parent
@@ -72,14 +72,12 @@ def written_attention_in_training() -> None:
 
 
 def save(out: Path, run: dict) -> None:
-    "Append `run` to the reruns in `out` (written whole, then renamed into place)."
+    "Append `run` to the reruns in `out` (written whole and durably: part 0d)."
     done = json.loads(out.read_text()) if out.exists() else {"about": __doc__.strip(),
                                                              "runs": []}
     done["runs"].append(run)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(done, indent=1) + "\n")
-    os.replace(tmp, out)
+    write_durably(out, json.dumps(done, indent=1) + "\n")
 
 
 def main(argv=None) -> int:

@@ -32,6 +32,7 @@ import torch
 
 from annotated_transformer.lab.ablations import (ablation_data, expand_variants,
                                                  run_variant)
+from annotated_transformer.run.durable import write_durably
 from annotated_transformer.utils import hardware
 
 VARIANTS = Path(__file__).with_name("table3_variants.json")
@@ -73,9 +74,7 @@ def record(out: Path, run: dict, meta: dict) -> None:
         if any(r["name"] == run["name"] for r in done["runs"]):
             return                              # another process finished it first
         done["runs"].append(run)
-        tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(done, indent=1) + "\n")
-        os.replace(tmp, out)
+        write_durably(out, json.dumps(done, indent=1) + "\n")
 
 
 def main(argv=None) -> int:
