@@ -45,7 +45,7 @@ def attention(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = N
         weights = dropout(weights)
     return weights @ value, weights
 
-# %% ../nbs/01b_attention_details.ipynb #fba32c76
+# %% ../nbs/01_attention.ipynb #fba32c76
 def _check_attention_args(query: Tensor, key: Tensor, value: Tensor, mask) -> None:
     for name, t in (("query", query), ("key", key), ("value", value)):
         if t.dim() < 2:

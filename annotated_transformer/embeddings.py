@@ -55,7 +55,7 @@ class PositionalEncoding(nn.Module):
         _check_positions(x, start, self.max_len, self.d_model)
         return self.dropout(x + self.pe[start: start + x.size(1)].to(x.dtype))
 
-# %% ../nbs/04b_variants.ipynb #f4f1ec4b
+# %% ../nbs/03_embeddings.ipynb #f4f1ec4b
 def _check_positions(x: Tensor, start: int, max_len: int, d_model: int) -> None:
     if x.dim() != 3 or x.size(-1) != d_model:
         raise ValueError(f"expected embeddings of shape (batch, seq_len, "
@@ -67,7 +67,7 @@ def _check_positions(x: Tensor, start: int, max_len: int, d_model: int) -> None:
                          "build the model with a larger max_len")
 
 
-# %% ../nbs/04b_variants.ipynb #52df029b
+# %% ../nbs/03_embeddings.ipynb #52df029b
 class LearnedPositionalEncoding(nn.Module):
     """Learned positional embeddings (Table 3, row E): one trained vector per position,
     added to the embeddings, then dropout. Same interface as `PositionalEncoding`."""

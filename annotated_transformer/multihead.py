@@ -18,7 +18,7 @@ def check_heads(d_model: int, n_heads: int) -> None:
         raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} "
                          "(d_k = d_model / n_heads)")
 
-
+# %% ../nbs/02_multihead.ipynb #34f84dd7
 class _HeadProjections(nn.Module):
     """The linear maps of §3.2.2: [W^Q; W^K; W^V] as one `in_proj`, W^O as `out_proj`,
     and the split of a projection into h heads of d_k = d_model / h."""

@@ -15,19 +15,23 @@ from pathlib import Path
 import torch
 
 from annotated_transformer.decoding import beam_search, greedy_decode
-from annotated_transformer.formats import (BOS_ID, CHECKPOINTS_DIR, EOS_ID, FIRST_WORD_ID,
+from annotated_transformer.formats import (BOS_ID, EOS_ID, FIRST_WORD_ID,
                                            METRICS_FILE, PAD_ID)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.multihead import MultiHeadAttention
 from annotated_transformer.run.checkpoints import read_metrics
-from annotated_transformer.lab.copying import train_copy_model
+from annotated_transformer.lab.copying import copy_task
+from annotated_transformer.run.trainer import TrainConfig, train
 
 print(torch.__version__, torch.cuda.get_device_name())
 for precision in ["fp16", "bf16", "fp32"]:
     run_dir, t0 = tempfile.mkdtemp(), time.perf_counter()
-    train_copy_model(run_dir, vocab_size=16, retrain=True, precision=precision,
-                     steps=400)
-    metrics = read_metrics(Path(run_dir) / CHECKPOINTS_DIR / METRICS_FILE)
+    torch.manual_seed(0)
+    copy_net = make_model(16, 16, TransformerConfig.preset("copy")).to("cuda")
+    train(copy_net, copy_task(20_000, 16, seed=1), run_dir=run_dir,
+          config=TrainConfig.preset("copy", precision=precision, steps=400),
+          valid_pairs=copy_task(200, 16, seed=2))
+    metrics = read_metrics(Path(run_dir) / METRICS_FILE)
     losses = [x["loss"] for x in metrics if "loss" in x]
     last_eval = [x for x in metrics if "eval_loss" in x][-1]
     print(f"copy task {precision}: {time.perf_counter() - t0:.1f} s, loss "

@@ -28,11 +28,24 @@ write, from two facts, both read from the repository rather than typed:
   code cell (not `#| export`, not `#| hide`) calls `load_multi30k(` or one of the
   functions that call it, `train_translation(` (part 11c) and `ablation_data(` (14), which read
   the Hub copy when no local folder is found; and the shipped model where such a
-  cell names it, "multi30k_en_de", as the fallback that `resolve_model` downloads;
+  cell names it, `multi30k_en_de` (quoted, or a folder whose name is passed:
+  `Path("../models/multi30k_en_de")`), as the fallback that `resolve_model` downloads;
 - the sizes: the model is config.json and the files it lists (what `download_model`
   fetches), measured in models/; the data is the Hub copy's three JSON-lines files, rebuilt
   from the text files in ../shared/data/multi30k by tests/make_hub_standin.py (the Hub's
   layout) and measured. tests/test_chapter_times.py checks the section against both.
+
+Its `trains` section, computed the same way by `trains()`, says which chapters train a model
+first where a reader has none of their own: chapter 8's copy model, which a visible code
+cell loads with `train_copy_model(` (without `retrain=True`: chapter 8 itself trains it on
+purpose, and its time includes that) and trains when no trained copy is found (a new
+runtime); its time is the training's own clock: the last `seconds` of the history saved
+with the model the chapters load (runs/copy_model/copy_16_1200.pt: 16 words, 1,200
+updates), or the largest `elapsed` of an older run's metrics.jsonl, kept from the file where
+neither is found.
+
+After a chapter's run, tools/nbclean.py cleans it with the new file: it writes the running
+cost at the top of each notebook from these sections.
 """
 import argparse
 import glob
@@ -116,7 +129,7 @@ def downloads(old: dict | None = None, data_dir: Path = DATA) -> dict:
     for path in sorted((ROOT / "nbs").glob("*.ipynb")):
         code = _visible_code(path)
         fetches = (("multi30k", r"\b(load_multi30k|train_translation|ablation_data)\("),
-                   ("model", r"[\"']multi30k_en_de[\"']"))
+                   ("model", r"\bmulti30k_en_de\b"))
         got = [name for name, rx in fetches if re.search(rx, code)]
         if got:
             chapters[path.stem] = got
@@ -125,10 +138,58 @@ def downloads(old: dict | None = None, data_dir: Path = DATA) -> dict:
                    "files", "items": items, "chapters": chapters}
 
 
+# where chapter 8's `train_copy_model` keeps the model chapters 9, 9a and 9c load (its
+# history has the training's clock), then where an older version kept its metrics
+COPY_RUNS = (ROOT / "runs/copy_model/copy_16_1200.pt",
+             ROOT / "runs/copy_model/checkpoints/metrics.jsonl")
+TRAINS = {"copy_model": r"\btrain_copy_model\((?![^)]*\bretrain=True)"}
+
+
+def _training_seconds(path: Path) -> float | None:
+    """The training's own clock: the last `seconds` of a saved model's history (.pt),
+    or the largest `elapsed` of a metrics.jsonl; None where there is neither."""
+    if not path.is_file():
+        return None
+    if path.suffix == ".pt":
+        import torch
+        history = torch.load(path, map_location="cpu", weights_only=True).get("history")
+        clock = [r["seconds"] for r in history or [] if "seconds" in r]
+    else:
+        lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+        clock = [r["elapsed"] for r in lines if "elapsed" in r]
+    return round(max(clock), 1) if clock else None
+
+
+def trains(old: dict | None = None, runs: tuple = COPY_RUNS) -> dict:
+    """Which chapters train chapter 8's copy model first where no trained copy is found,
+    and how long that training took (see the module's docstring); where no run is
+    found the time is kept from `old`."""
+    kept = (old or {}).get("items", {}).get("copy_model", {})
+    seconds, measured = kept.get("seconds"), kept.get("measured")
+    for path in map(Path, runs):
+        if (clock := _training_seconds(path)) is not None:
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            seconds, measured = clock, f"the training's own clock, in {where}"
+            break
+    items = {"copy_model": {"what": "chapter 8's copy model", "seconds": seconds,
+                            "measured": measured}}
+    chapters = {}
+    for path in sorted((ROOT / "nbs").glob("*.ipynb")):
+        code = _visible_code(path)
+        got = [name for name, rx in TRAINS.items() if re.search(rx, code)]
+        if got:
+            chapters[path.stem] = got
+    return {"how": "computed by bench/run_all.py (trains): a chapter trains what its "
+                   "visible code loads or trains where no trained copy is found",
+            "items": items, "chapters": chapters}
+
+
 def save(results: dict) -> None:
-    "Write the results file, chapters sorted, its downloads section recomputed."
+    "Write the results file, chapters sorted, its downloads and trains sections recomputed."
     results = dict(results, chapters=dict(sorted(results["chapters"].items())),
-                   downloads=downloads(results.get("downloads")))
+                   downloads=downloads(results.get("downloads")),
+                   trains=trains(results.get("trains")))
     RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -187,7 +248,6 @@ def table(results: dict) -> str:
     "The markdown block for the introduction: a sentence, then the table by part."
     m = results["machine"]
     runs = results["chapters"]
-    commits = sorted({r["commit"] for r in runs.values()})
     order, rows, part1 = [], [], None
     for caption, stems in parts():
         measured = [s for s in stems if s in runs]
@@ -214,7 +274,7 @@ def table(results: dict) -> str:
     if part1 is not None:
         said += f"; Part I takes about {minutes(part1)} minutes in all"
     lines = [said + ".", "",
-             f"Measured by `python bench/run_all.py` (commit {', '.join(commits)}) on "
+             f"Measured by `python bench/run_all.py` on "
              f"{m['hardware']} ({m['isa']}), PyTorch {m['torch']}, in a Jupyter kernel, "
              "top to bottom, nothing skipped.", "",
              "| page | minutes |", "|---|---:|", *rows]
@@ -257,14 +317,14 @@ def main():
     over = 0
     for path in paths:
         r = dict(run(path.resolve(), args.limit, args.store), commit=commit)
-        if args.store and r["status"] == "ok":
-            subprocess.run([sys.executable, str(ROOT / "tools/nbclean.py"), str(path)],
-                           check=True)
         run_["chapters"][path.stem] = r
         over += r["status"] != "ok"
         print(f"{path.stem:22s} {r['status']:15s} {r['seconds'] / 60:5.1f} min  "
               f"{' / '.join(r['tail'])[-200:] if r['status'] != 'ok' else ''}", flush=True)
         save(results())
+        if args.store and r["status"] == "ok":     # its running cost from the new file
+            subprocess.run([sys.executable, str(ROOT / "tools/nbclean.py"), str(path)],
+                           check=True)
     run_["chapters"] = dict(sorted(run_["chapters"].items()))
     save(results())
     write_table(json.loads(RESULTS.read_text()))

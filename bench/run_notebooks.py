@@ -5,6 +5,9 @@ compared) for a machine without Jupyter, such as a GPU machine with only PyTorch
 cells tagged `nbval-skip` and shell or magic lines (`!`, `%`) are skipped.
 
     AT_QUICK=1 python bench/run_notebooks.py            # from the repository root
+
+With AT_QUICK set, each chapter runs shrunk: the code tools/shrunk.json gives it runs right
+after its cell tagged `parameters` (tools/shrunk.py); the file in nbs/ is not changed.
 """
 import glob
 import json
@@ -17,7 +20,13 @@ import time
 def run_one(path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
-    cells = json.load(open(path, encoding="utf-8"))["cells"]
+    nb = json.load(open(path, encoding="utf-8"))
+    if os.environ.get("AT_QUICK"):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "tools"))
+        from shrunk import inject
+        nb = inject(nb, os.path.splitext(os.path.basename(path))[0])
+    cells = nb["cells"]
     namespace = {"__name__": "__main__"}
     os.chdir(os.path.dirname(os.path.abspath(path)))        # notebooks run in nbs/
     for i, cell in enumerate(cells):

@@ -4,8 +4,12 @@
 - no time statement in book/intro.md or README.md outside that block contradicts the file;
 - the file's downloads section is what run_all.py computes now (which chapters fetch what,
   the sizes measured from the real files);
-- the note book/_ext/running_cost.py puts at the top of each page states the file's time,
-  the page's install cell's requirement and the file's downloads, and no other number;
+- the file's trains section is what run_all.py computes now (which chapters train chapter
+  8's copy model first where none is found, and that training's time);
+- the running-cost cell tools/nbclean.py writes at the top of each notebook (after the
+  title cell, tagged `running-cost`) states the file's time, the page's install cell's
+  requirement, the file's downloads and what the page trains first, and no other number; each
+  notebook holds the cell as the file has it now, and the site adds nothing of its own;
   every Part I page has a time to state.
 """
 import importlib.util
@@ -31,7 +35,7 @@ def _load(name: str, path: Path):
 
 
 run_all = _load("run_all", ROOT / "bench/run_all.py")
-running_cost = _load("running_cost", ROOT / "book/_ext/running_cost.py")
+nbclean = _load("nbclean", ROOT / "tools/nbclean.py")
 
 
 def _block(text: str, begin: str, end: str) -> str:
@@ -89,36 +93,92 @@ def _notebooks():
     return sorted((ROOT / "nbs").glob("*.ipynb"))
 
 
+def test_trains_section_is_computed_from_the_notebooks_and_the_run():
+    now = run_all.trains(RESULTS.get("trains"))
+    assert RESULTS.get("trains") == now, "run python bench/run_all.py --table-only"
+    assert {"09_decoding", "09a_quantization"} <= set(now["chapters"]), now["chapters"]
+    assert "08_copy" not in now["chapters"], "chapter 8 trains it on purpose, timed as such"
+
+
+def test_training_seconds_is_the_runs_own_clock(tmp_path):
+    import torch
+    saved, metrics = tmp_path / "copy_16_1200.pt", tmp_path / "metrics.jsonl"
+    assert run_all._training_seconds(saved) is None
+    torch.save({"weights": {}, "history": [{"step": 50, "seconds": 4.0},
+                                           {"step": 1200, "seconds": 65.04}]}, saved)
+    assert run_all._training_seconds(saved) == 65.0
+    metrics.write_text('{"step": 25, "elapsed": 3.0}\n{"step": 50, "elapsed": 61.24}\n'
+                       '{"step": 50, "eval_loss": 0.6}\n')
+    assert run_all._training_seconds(metrics) == 61.2
+    got = run_all.trains(runs=(tmp_path / "none.pt", saved, metrics))["items"]["copy_model"]
+    assert got["seconds"] == 65.0 and str(saved) in got["measured"]
+    kept = {"items": {"copy_model": {"seconds": 42.0, "measured": "earlier"}}}
+    got = run_all.trains(kept, runs=(tmp_path / "none.pt",))["items"]["copy_model"]
+    assert (got["seconds"], got["measured"]) == (42.0, "earlier")
+
+
+def _running_cost_cells(nb: dict) -> list:
+    return [c for c in nb["cells"] if nbclean.RUNNING_COST in c["metadata"].get("tags", [])]
+
+
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
 def test_running_cost_note_agrees_with_the_file(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
-    note = running_cost.note(path.stem, nb, RESULTS)
+    note = nbclean.running_cost(path.stem, nb, RESULTS)
     run = RESULTS["chapters"].get(path.stem)
     if not run or run["status"] != "ok":
         assert note is None, "a page the file does not time says nothing"
         return
     m = RESULTS["machine"]
-    said = [running_cost.duration(run["seconds"]), m["hardware"], m["isa"]]
-    spec = running_cost.install_spec(nb)
+    said = [nbclean.duration(run["seconds"]), m["hardware"], m["isa"]]
+    spec = nbclean.install_spec(nb)
     assert spec and spec.startswith("annotated_transformer")
     said.append(spec)
     for item in RESULTS["downloads"]["chapters"].get(path.stem, []):
         got = RESULTS["downloads"]["items"][item]
-        said += [got["what"], running_cost.megabytes(got["bytes"])]
+        said += [got["what"], nbclean.megabytes(got["bytes"])]
+    for item in RESULTS.get("trains", {}).get("chapters", {}).get(path.stem, []):
+        got = RESULTS["trains"]["items"][item]
+        said += [got["what"], nbclean.duration(got["seconds"])]
     for part in said:
         assert part in note, f"{part!r} missing from {note!r}"
-    rest = note
+    rest = note.replace(nbclean.BEGIN, "").replace(nbclean.END, "")
     for part in said:
         rest = rest.replace(part, "")
     assert not re.search(r"\d", rest), f"a number in the note that no file gave: {rest!r}"
+
+
+@pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
+def test_each_notebook_states_its_running_cost_at_its_top(path):
+    "The notebook itself holds the note (Colab shows it), right after its title cell."
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    note = nbclean.running_cost(path.stem, nb, RESULTS)
+    cells = _running_cost_cells(nb)
+    if note is None:
+        assert not cells
+        return
+    assert len(cells) == 1, "run python tools/nbclean.py " + str(path.relative_to(ROOT))
+    at = nb["cells"].index(cells[0])
+    assert at == nbclean._title_index(nb["cells"]) + 1
+    assert "".join(cells[0]["source"]) == note, \
+        "run python tools/nbclean.py " + str(path.relative_to(ROOT))
+
+
+def test_copy_model_training_is_stated_where_a_chapter_trains_it_first():
+    results = dict(RESULTS, trains={"items": {"copy_model": {
+        "what": "chapter 8's copy model", "seconds": 65.0}},
+        "chapters": {"09_decoding": ["copy_model"]}})
+    nb = json.loads((ROOT / "nbs/09_decoding.ipynb").read_text(encoding="utf-8"))
+    note = nbclean.running_cost("09_decoding", nb, results)
+    assert "chapter 8's copy model" in note and "about 65 seconds more" in note
 
 
 def test_install_spec_is_the_cells_requirement():
     nb = json.loads((ROOT / "nbs/10_data.ipynb").read_text(encoding="utf-8"))
     sources = ["".join(c["source"]) for c in nb["cells"]]
     cell = next(s for s in sources if s.startswith("#| hide") and "SPEC =" in s)
-    assert running_cost.install_spec(nb) in cell
-    assert running_cost.install_spec({"cells": []}) is None
+    assert nbclean.install_spec(nb) in cell
+    assert nbclean.install_spec({"cells": []}) is None
 
 
 def test_every_part_one_page_has_a_time():
@@ -129,27 +189,42 @@ def test_every_part_one_page_has_a_time():
         " ".join(f"nbs/{s}.ipynb" for s in missing)
 
 
-def test_note_goes_after_the_title():
-    nb = {"cells": [{"cell_type": "markdown", "source": "# 1. Title\n\nIntro.",
-                     "metadata": {}},
-                    {"cell_type": "code", "source": "x = 1", "metadata": {}, "outputs": []}]}
-    stem = next(iter(RESULTS["chapters"]))
+def _page(*cells) -> dict:
+    return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
-    class Env:
-        def doc2path(self, docname):
-            return f"{docname}.ipynb"
 
-    class App:
-        env = Env()
+def _md(text, **kw):
+    return {"cell_type": "markdown", "id": kw.get("id", "m"), "metadata": kw.get("meta", {}),
+            "source": text}
 
-    source = [json.dumps(nb)]
-    running_cost.add_running_cost(App(), f"nbs/{stem}", source)
-    cells = json.loads(source[0])["cells"]
+
+def _code(text, count, id="c"):
+    return {"cell_type": "code", "id": id, "execution_count": count, "metadata": {},
+            "outputs": [], "source": text}
+
+
+def test_note_goes_after_the_title_and_cleaning_again_changes_nothing():
+    stem = next(s for s, r in RESULTS["chapters"].items() if r["status"] == "ok")
+    nb = _page(_md("# 1. Title\n\nIntro.", id="t"), _code("x = 1", 1))
+    once = nbclean.dump(nbclean.clean(json.loads(json.dumps(nb)), stem, RESULTS))
+    cells = json.loads(once)["cells"]
     assert [c["cell_type"] for c in cells] == ["markdown", "markdown", "code"]
-    assert "Running this page" in cells[1]["source"]
+    assert "Running this page" in "".join(cells[1]["source"])
+    assert cells[1]["metadata"]["tags"] == [nbclean.RUNNING_COST]
+    assert cells[2]["execution_count"] == 1, "the code cells keep their counts"
+    assert nbclean.dump(nbclean.clean(json.loads(once), stem, RESULTS)) == once
+    # a note in the wrong place, or stale, is moved and rewritten; an untimed page loses it
+    moved = json.loads(once)
+    moved["cells"] = [moved["cells"][0], moved["cells"][2], moved["cells"][1]]
+    moved["cells"][2]["source"] = "stale"
+    assert nbclean.dump(nbclean.clean(moved, stem, RESULTS)) == once
+    gone = json.loads(nbclean.dump(nbclean.clean(json.loads(once), "no_such_page", RESULTS)))
+    assert [c["cell_type"] for c in gone["cells"]] == ["markdown", "code"]
 
 
-def test_extension_is_registered():
+def test_the_site_adds_no_running_cost_of_its_own():
+    "One home: the note is in the notebooks, not added by a Sphinx extension."
     import yaml
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
-    assert config["sphinx"]["local_extensions"].get("running_cost") == "book/_ext"
+    assert "running_cost" not in config["sphinx"]["local_extensions"]
+    assert not (ROOT / "book/_ext/running_cost.py").exists()

@@ -299,8 +299,8 @@ def test_sigint_without_run_dir(monkeypatch):
         out = real(*args, **kwargs)
         signal.raise_signal(signal.SIGINT)
         return out
-    real = trainer.train_step
-    monkeypatch.setattr(trainer, "train_step", step_then_interrupt)
+    real = trainer.accumulated_step
+    monkeypatch.setattr(trainer, "accumulated_step", step_then_interrupt)
     with pytest.raises(TrainingInterrupted) as caught:
         train(tiny_model(), PAIRS, config=TINY)
     assert caught.value.code == 130 and caught.value.path is None

@@ -61,7 +61,7 @@ def test_the_lab_imports_and_its_names_resolve():
     assert names and len(names) == len(set(names))
     assert not set(names) & set(LAB), "a name shadows a module of the lab"
     assert {"LocalSelfAttention", "restricted_attention", "head_mask", "head_gradients",
-            "attention_modules", "attention_maps", "run_variant", "fit_power_law",
+            "attention_modules", "run_variant", "fit_power_law",
             "copy_task", "train_copy_model", "transformer_figure",
             "attention_figure"} <= set(names)
     # each name is the lab's own, defined in one of its modules (not a core name re-exported)

@@ -71,3 +71,15 @@ def test_intro_first_screen_links_the_on_ramp_and_try_it():
     first_screen = "\n\n".join(intro.split("\n\n")[:3])   # the title and two paragraphs
     assert "[Start here](../nbs/00_start.ipynb)" in first_screen
     assert "[Try it](try.md)" in first_screen
+
+
+def test_running_cost_note_is_not_counted(tmp_path):
+    "The note on what running a page costs is left out; the same words elsewhere count."
+    note = {"cell_type": "markdown", "metadata": {"tags": ["running-cost"]},
+            "source": ["**Running this page** takes about 10 seconds."]}
+    prose = {"cell_type": "markdown", "metadata": {}, "source": ["Attention is a weighted sum."]}
+    path = tmp_path / "p.ipynb"
+    path.write_text(json.dumps({"cells": [note, prose]}), encoding="utf-8")
+    assert rp.page(path)["words"] == 5
+    path.write_text(json.dumps({"cells": [dict(note, metadata={}), prose]}), encoding="utf-8")
+    assert rp.page(path)["words"] == 5 + 7

@@ -179,13 +179,20 @@ TRAINING_CASES = [  # (id, call, message)
     ("make_batch same ids", lambda: batching.make_batch(ONE_PAIR, pad_id=2),
      "pad_id, bos_id and eos_id must be three different ids, "
      "got {'pad_id': 2, 'bos_id': 1, 'eos_id': 2}"),
-    ("train_step no batches",
-     lambda: training.train_step(tiny_model(), [], *optimizer_and_scheduler()),
+    ("accumulated_step no batches",
+     lambda: trainer.accumulated_step(tiny_model(), [], *optimizer_and_scheduler()),
      "batches must hold at least one micro-batch, got none"),
-    ("train_step clip_norm",
-     lambda: training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
-                                 *optimizer_and_scheduler(), clip_norm=0),
+    ("accumulated_step clip_norm",
+     lambda: trainer.accumulated_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
+                                      *optimizer_and_scheduler(), clip_norm=0),
      "clip_norm must be greater than 0, got 0"),
+    ("train_loop steps 0",
+     lambda: training.train_loop(tiny_model(), [batching.make_batch(ONE_PAIR)],
+                                 *optimizer_and_scheduler(), steps=0),
+     "steps must be at least 1, got 0"),
+    ("train_loop no batches",
+     lambda: training.train_loop(tiny_model(), [], *optimizer_and_scheduler(), steps=1),
+     "batches gave no batch: the loop has nothing to train on"),
     ("evaluate no batches", lambda: training.evaluate(tiny_model(), []),
      "batches must hold at least one target token, got none"),
     ("average no paths", lambda: checkpoints.average_checkpoints([]),
@@ -238,7 +245,7 @@ def test_train_config_defaults_and_presets_pass():
     "Each preset: its own settings, then the given changes, the defaults everywhere else."
     default = vars(trainer.TrainConfig())
     changes = dict(clip_norm=1.0, keep_last=7)
-    for name in ("copy", "copy_quick", "multi30k"):
+    for name in ("copy", "multi30k"):
         settings = trainer._PRESETS[name]
         assert {k: v for k, v in settings.items() if default[k] != v}, name  # not defaults
         got = vars(trainer.TrainConfig.preset(name, **changes))
@@ -247,7 +254,7 @@ def test_train_config_defaults_and_presets_pass():
 
 def test_train_config_unknown_preset():
     assert message_of(lambda: trainer.TrainConfig.preset("cpoy")) == (
-        "unknown preset 'cpoy'; known presets: copy, copy_quick, multi30k")
+        "unknown preset 'cpoy'; known presets: copy, multi30k")
 
 
 def test_train_config_preset_checks_its_changes():
@@ -451,9 +458,50 @@ def test_a_training_step_reads_no_id_range(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an id range was read during a training step")
     monkeypatch.setattr(torch, "aminmax", refuse)
-    stats = training.train_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
+    stats = training.train_step(tiny_model(), batching.make_batch(ONE_PAIR),
                                 *optimizer_and_scheduler())
     assert stats["tokens"] > 0
+    stats = trainer.accumulated_step(tiny_model(), [batching.make_batch(ONE_PAIR)],
+                                     *optimizer_and_scheduler())
+    assert stats["tokens"] > 0
+
+
+def test_accumulated_step_is_chapter_7s_train_step():
+    """Part II's update with one micro-batch, in float32 and one process, is Part I's:
+    the same loss and the same weights, bit for bit, update after update."""
+    import copy
+    torch.manual_seed(0)
+    one = make_model(16, 16, TransformerConfig.preset("copy", d_model=32, d_ff=64))
+    many = copy.deepcopy(one)
+    steppers = [training.make_optimizer(m, 32, warmup=3) for m in (one, many)]
+    pairs = copy_lab.copy_task(40, seed=3)
+    for k in range(4):
+        batch = batching.make_batch(pairs[10 * k:10 * k + 10])
+        torch.manual_seed(k)
+        a = training.train_step(one, batch, *steppers[0])
+        torch.manual_seed(k)
+        b = trainer.accumulated_step(many, [batch], *steppers[1], precision="fp32")
+        assert a["loss"] == float(b["loss"]) and a["lr"] == b["lr"]
+        assert a["tokens"] == b["tokens"]
+    assert all(torch.equal(p, q) for p, q in zip(one.parameters(), many.parameters()))
+
+
+def test_train_with_the_copy_settings_is_chapter_8s_loop(tmp_path, capsys):
+    """Part II's `train`, given chapter 8's settings (the `copy` preset), trains the copy
+    model of `train_copy_model`: the same weights after the same updates, bit for bit,
+    and the same mean loss per token between log lines."""
+    steps = 6
+    chapter_8 = copy_lab.train_copy_model(tmp_path, retrain=True, steps=steps)
+    history = torch.load(tmp_path / f"copy_16_{steps}.pt", weights_only=True)["history"]
+    torch.manual_seed(0)
+    model = make_model(16, 16, TransformerConfig.preset("copy"))
+    records = trainer.train(model, copy_lab.copy_task(20_000, 16, seed=1),
+                            config=trainer.TrainConfig.preset("copy", steps=steps,
+                                                              progress=False))
+    assert all(torch.equal(p, q)
+               for p, q in zip(chapter_8.parameters(), model.parameters()))
+    assert [r["step"] for r in history] == [r["step"] for r in records] == [steps]
+    assert math.isclose(history[0]["loss"], records[0]["loss"], rel_tol=1e-12)
 
 
 @pytest.mark.parametrize("p_attn_drop", [0.0, 0.1])
@@ -473,19 +521,19 @@ def test_a_training_step_runs_the_fused_attention(monkeypatch, p_attn_drop):
     layers = [m for m in model.modules() if isinstance(m, multihead.MultiHeadAttention)]
     assert len(layers) == 3 and not any(m.check_shapes for m in layers)
     assert multihead.MultiHeadAttention(16, 2).check_shapes      # standalone: checks
-    stats = training.train_step(model, [batching.make_batch(ONE_PAIR)],
-                                *optimizer_and_scheduler())
+    stats = trainer.accumulated_step(model, [batching.make_batch(ONE_PAIR)],
+                                     *optimizer_and_scheduler())
     assert all(isinstance(stats[k], torch.Tensor) and stats[k].dim() == 0
                for k in ("loss", "grad_norm"))
     assert math.isfinite(float(stats["loss"])) and float(stats["grad_norm"]) > 0
     layers[0].keep_weights = True                # the written-out form: refused here
     with pytest.raises(AssertionError, match="written-out attention ran"):
-        training.train_step(model, [batching.make_batch(ONE_PAIR)],
-                            *optimizer_and_scheduler())
+        trainer.accumulated_step(model, [batching.make_batch(ONE_PAIR)],
+                                 *optimizer_and_scheduler())
     layers[0].keep_weights = False               # bf16 on the CPU: written out, faster
     with pytest.raises(AssertionError, match="written-out attention ran"):
-        training.train_step(model, [batching.make_batch(ONE_PAIR)],
-                            *optimizer_and_scheduler(), precision="bf16")
+        trainer.accumulated_step(model, [batching.make_batch(ONE_PAIR)],
+                                 *optimizer_and_scheduler(), precision="bf16")
 
 
 def test_truncation_warning_names_the_sentence_and_the_caller(sp, capsys):

@@ -32,6 +32,8 @@
 # of it; the script says so when it does.
 # Chapters run in full, except those in SHRUNK below, whose full runs take minutes; with
 # AT_QUICK set (the test command sets it) every chapter runs shrunk, as in the checkout.
+# A shrunk chapter runs with the code tools/shrunk.json gives it inserted after its cell
+# tagged `parameters`, in the copy (tools/shrunk.py); its kernel never sees AT_QUICK.
 # Usage: tools/fresh_runtime.sh [NOTEBOOK ...]   (default: every chapter in nbs/)
 set -euo pipefail
 VENV=${VENV:-.venv}
@@ -175,9 +177,18 @@ run_chapter() {  # run_chapter NOTEBOOK: its lines go to $tmp/out_NAME, a failur
 JSON
   # the notebook as Colab opens it: from the main branch the mirror serves
   git -C "$REPO" show "$main:nbs/$name.ipynb" >"$run/$name.ipynb"
+  # shrunk: the sizes tools/shrunk.json gives it, a cell after its `parameters` cell, in
+  # this copy only (the notebook a reader opens has none)
+  if [ -n "$quick" ] && ! "$REPO/$VENV/bin/python" "$REPO/tools/shrunk.py" "$run/$name.ipynb" \
+        >"$tmp/$name.log" 2>&1; then
+    cat "$tmp/$name.log"
+    echo "fresh runtime: $name FAILED (tools/shrunk.json)"
+    touch "$tmp/failed_$name"
+    return
+  fi
   if (cd "$run" && env -u PYTHONPATH -u VIRTUAL_ENV -u MULTI30K_DIR -u AT_TRANSLATION_DIR \
         -u AT_QUICK -u MPLBACKEND -u PYTHONDONTWRITEBYTECODE JUPYTER_PATH="$tmp/jupyter" \
-        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 ${quick:+AT_QUICK=1} AT_CACHE_DIR="$tmp/cache_$name" \
+        HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 AT_CACHE_DIR="$tmp/cache_$name" \
         "${path[@]}" \
         GIT_CONFIG_GLOBAL="$tmp/gitconfig" AT_MODEL_HOST="http://127.0.0.1:$port" \
         ${hub:+AT_MULTI30K_HUB="$hub"} \

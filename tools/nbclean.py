@@ -4,6 +4,20 @@ Cleaning also (re)writes each chapter's install cell, the `#| hide` cell after `
 from the one place each fact lives: the repository URL in _config.yml, the version in
 annotated_transformer/__init__.py, and the extras from what the chapter imports.
 
+It also (re)writes the chapter's running cost, plain text in a markdown cell tagged
+`running-cost` right after the title cell (Colab shows it as the site does): how long the
+page takes, what its first cell installs, what it downloads and what it trains first where
+nothing is local, all from bench/results/chapter_times.json (bench/run_all.py writes it and
+then cleans the chapters it ran). A page the file does not time gets no such cell.
+
+nbval reads its cell tags (`nbval-ignore-output`, ...); the comment forms (`#| nbval-...`,
+`# NBVAL_...`), which Colab would show, become tags.
+
+``--check`` also fails on harness words in any code cell (a reader sees every cell in Colab,
+hidden ones too): the quick switch, quick or shrunk runs, CI, nbval, the test command. A
+chapter's shrunk sizes live in tools/shrunk.json (tools/shrunk.py), applied after its cell
+tagged `parameters`, of which it has one at most.
+
 "Clean" is nbdev's ``clean_nb`` (configured in pyproject.toml to keep cell tags) with one difference:
 execution counts are kept, because nbval refuses to compare a cell whose stored count is empty
 ("Unrun reference cell has outputs"). We also require the counts to run 1, 2, 3, ... down the notebook:
@@ -20,6 +34,12 @@ import yaml
 
 from nbdev.clean import clean_nb
 from nbdev.config import get_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import shrunk  # noqa: E402  (tools/shrunk.py)
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench/results/chapter_times.json"
 
 
 MAX_LINE = 88  # wider code scrolls sideways in the book
@@ -101,14 +121,150 @@ def _set_install_cell(nb):
     cell["source"] = text.splitlines(keepends=True)
 
 
+RUNNING_COST = "running-cost"          # the tag of the running-cost cell
+BEGIN, END = "<!-- running-cost: begin -->", "<!-- running-cost: end -->"
+
+
+def load_results(path=RESULTS) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8")) if Path(path).exists() else {}
+
+
+def install_spec(nb: dict) -> str | None:
+    "The requirement the page's install cell installs: `annotated_transformer[...]`."
+    for cell in nb["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code" and text.startswith("#| hide") and "SPEC =" in text:
+            m = re.search(r'SPEC = \(?\s*"(annotated_transformer(\[[^\]]*\])?)', text)
+            return m.group(1) if m else None
+    return None
+
+
+def duration(seconds: float) -> str:
+    "About how long: seconds under a minute and a half, else minutes."
+    if seconds < 90:
+        return f"{max(5, 5 * round(seconds / 5)):.0f} seconds"
+    return f"{seconds / 60:.1f} minutes" if seconds < 600 else f"{seconds / 60:.0f} minutes"
+
+
+def megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def running_cost(stem: str, nb: dict, results: dict) -> str | None:
+    "The running-cost text of chapter `stem`, or None where the file has no time for it."
+    run = results.get("chapters", {}).get(stem)
+    if not run or run.get("status") != "ok":
+        return None
+    m = results["machine"]
+    said = (f"**Running this page** takes about {duration(run['seconds'])} on "
+            f"{m['hardware']} ({m['isa']})")
+    gpu = results.get("gpu", {})
+    if gpu.get("chapters", {}).get(stem, {}).get("status") == "ok":
+        said += (f", about {duration(gpu['chapters'][stem]['seconds'])} on "
+                 f"{gpu['machine']['gpu'] or gpu['machine']['hardware']}")
+    said += "."
+    spec = install_spec(nb)
+    if spec:
+        said += f" Its first cell installs `{spec}` where the package is missing."
+    items = results.get("downloads", {}).get("items", {})
+    fetched = [items[k] for k in results.get("downloads", {}).get("chapters", {}).get(stem, [])
+               if items.get(k, {}).get("bytes")]
+    if fetched:
+        said += (" Without local copies it downloads "
+                 + " and ".join(f"{i['what']} ({megabytes(i['bytes'])})" for i in fetched)
+                 + ".")
+    made = results.get("trains", {}).get("items", {})
+    for k in results.get("trains", {}).get("chapters", {}).get(stem, []):
+        if made.get(k, {}).get("seconds"):
+            said += (f" Where {made[k]['what']} is not found beside it (a new runtime), "
+                     f"it trains it first: about {duration(made[k]['seconds'])} more.")
+    return f"{BEGIN}\n{said}\n{END}"
+
+
+def _title_index(cells: list) -> int | None:
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown" and re.search(r"^# ", "".join(cell["source"]), re.M):
+            return i
+    return None
+
+
+def _set_running_cost(nb: dict, stem: str, results: dict) -> None:
+    "Write, move or remove the running-cost cell so that it follows the title cell."
+    cells = nb["cells"]
+    old = [c for c in cells if RUNNING_COST in c.get("metadata", {}).get("tags", [])]
+    for c in old:
+        cells.remove(c)
+    text, at = running_cost(stem, nb, results), _title_index(cells)
+    if text is None or at is None:
+        return
+    cell = old[0] if old else {"cell_type": "markdown", "id": RUNNING_COST,
+                               "metadata": {"tags": [RUNNING_COST]}, "source": []}
+    cell["source"] = text.splitlines(keepends=True)
+    cells.insert(at + 1, cell)
+
+
+NBVAL_DIRECTIVE = re.compile(r"^#\|\s*(nbval-[\w-]+)\s*$")
+NBVAL_COMMENT = re.compile(r"^\s*#\s*(NBVAL_[A-Z_]+|PYTEST_VALIDATE_IGNORE_OUTPUT)\s*$")
+NBVAL_TAGS = {"NBVAL_IGNORE_OUTPUT": "nbval-ignore-output",
+              "PYTEST_VALIDATE_IGNORE_OUTPUT": "nbval-ignore-output",
+              "NBVAL_CHECK_OUTPUT": "nbval-check-output",
+              "NBVAL_RAISES_EXCEPTION": "nbval-raises-exception", "NBVAL_SKIP": "nbval-skip"}
+
+
+def _nbval_lines_to_tags(nb: dict) -> None:
+    "`#| nbval-...` and `# NBVAL_...` lines dropped, their meaning kept as cell tags."
+    for c in nb["cells"]:
+        if c["cell_type"] != "code":
+            continue
+        kept, tags = [], []
+        for line in "".join(c["source"]).splitlines(keepends=True):
+            d, m = NBVAL_DIRECTIVE.match(line.rstrip("\n")), NBVAL_COMMENT.match(line)
+            if d:
+                tags.append(d.group(1))
+            elif m and m.group(1) in NBVAL_TAGS:
+                tags.append(NBVAL_TAGS[m.group(1)])
+            else:
+                kept.append(line)
+        if tags:
+            c["source"] = kept
+            if kept:                                     # no newline left at the end
+                kept[-1] = kept[-1].rstrip("\n")
+            have = c.setdefault("metadata", {}).setdefault("tags", [])
+            have += [t for t in tags if t not in have]
+
+
+# harness words that no code cell may carry (Colab shows every cell, hidden ones too)
+HARNESS = [(re.compile(r"\bAT_QUICK\b|\bQUICK\b"), "the quick switch"),
+           (re.compile(r"\bshrunk\b|[a-z0-9]_quick\b|\bquick_|\bif quick\b"
+                       r"|\bquick\s*(?:[:=,)]|runs?\b|mode\b|tests?\b)", re.I),
+            "quick or shrunk runs"),
+           (re.compile(r"\bCI\b"), "CI"), (re.compile(r"\bnbval\b|\bNBVAL_", re.I), "nbval"),
+           (re.compile(r"\btest command\b", re.I), "the test command")]
+
+
+def harness_words(source: str) -> list[str]:
+    "What a code cell's source says of the harness: one finding per line."
+    found = []
+    for line in source.splitlines():
+        what = [w for rx, w in HARNESS if rx.search(line)]
+        if what:
+            found.append(f"{' and '.join(what)}: {line.strip()[:70]}")
+    return found
+
+
 def _counts(nb):
     return [(c.get("execution_count"), [o.get("execution_count") for o in c.get("outputs", [])])
             for c in nb["cells"]]
 
 
-def clean(nb):
-    counts = _counts(nb)
+def clean(nb, stem: str | None = None, results: dict | None = None):
+    """Clean `nb`; with `stem`, also write its running-cost cell from `results` (default:
+    bench/results/chapter_times.json)."""
+    _nbval_lines_to_tags(nb)
     _set_install_cell(nb)
+    if stem is not None:
+        _set_running_cost(nb, stem, load_results() if results is None else results)
+    counts = _counts(nb)                  # after the cells above, before nbdev nulls them
     cfg = get_config()
     clean_nb(nb, allowed_metadata_keys=cfg.get("allowed_metadata_keys") or [],
              allowed_cell_metadata_keys=cfg.get("allowed_cell_metadata_keys") or [],
@@ -149,6 +305,12 @@ def problems(path, nb):
         for o in c.get("outputs", []):
             if o.get("output_type") == "error":
                 out.append(f"{path}: stored error output in cell {c.get('id')}")
+        out += [f"{path}: code cell {c.get('id')} speaks of {w} (the harness belongs in "
+                "tools/shrunk.json and the cell tags)" for w in harness_words("".join(c["source"]))]
+    try:
+        shrunk.inject(nb, Path(path).stem)
+    except shrunk.ShrunkError as e:
+        out.append(f"{path}: {e}")
     return out
 
 
@@ -158,14 +320,18 @@ def main():
     ap.add_argument("--check", action="store_true", help="report, change nothing; exit 1 if unclean")
     args = ap.parse_args()
     paths = args.paths or sorted(Path(get_config().nbs_path).glob("*.ipynb"))
-    bad = []
+    results = load_results()
+    bad = [] if args.paths else shrunk.unknown()
     for p in paths:
         text = p.read_text(encoding="utf-8")
-        nb = clean(json.loads(text))
+        nb = clean(json.loads(text), p.stem, results)
         new = dump(nb)
         if args.check:
             if new != text:
                 bad.append(f"{p}: not clean (run: make clean-nbs)")
+            if re.search(r'"#\|\s*nbval-|"\s*# NBVAL_', text):
+                bad.append(f"{p}: nbval comment lines, which Colab shows (cleaning makes "
+                           "them cell tags)")
             bad += problems(p, nb)
         elif new != text:
             p.write_text(new, encoding="utf-8")

@@ -11,7 +11,8 @@ What is counted, as the book shows a page:
 - prose: the words of markdown cells. Fenced code blocks, display math ($$...$$, \\[...\\]),
   HTML comments and tags, and link targets are left out; inline math and inline code count
   one word each; a word is a run of characters without spaces that holds a letter or digit
-  (table cells count, table rules do not).
+  (table cells count, table rules do not). The note at a page's top on what running it costs
+  (the cell tagged `running-cost`, written by tools/nbclean.py) is not the lesson: left out.
 - code: the non-blank lines of code cells the book shows. Cells it removes are left out
   (an nbdev `#| hide` directive, a `remove-cell` or `remove-input` tag), and so are the
   `#|` directive lines themselves, which the book strips. Cells tagged `hide-input` count:
@@ -70,9 +71,13 @@ def prose_words(markdown: str) -> int:
     return sum(1 for w in text.split() if re.search(r"\w", w))
 
 
+def cell_tags(cell: dict) -> set:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
 def shown_code_lines(cell: dict) -> tuple[int, bool] | None:
     "Non-blank lines the book shows of a code cell and whether it is folded; None if removed."
-    tags = set(cell.get("metadata", {}).get("tags", []))
+    tags = cell_tags(cell)
     if tags & {"remove-cell", "remove-input"}:
         return None
     lines = "".join(cell["source"]).splitlines()
@@ -87,7 +92,7 @@ def page(path: Path) -> dict:
     nb = json.loads(path.read_text(encoding="utf-8"))
     words = code = folded = 0
     for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown":
+        if cell["cell_type"] == "markdown" and "running-cost" not in cell_tags(cell):
             words += prose_words("".join(cell["source"]))
         elif cell["cell_type"] == "code":
             shown = shown_code_lines(cell)

@@ -20,7 +20,10 @@ if [ -z "${AT_SHARED_DATA:-}" ]; then
   fi
 fi
 export AT_SHARED_DATA MULTI30K_DIR=$AT_SHARED_DATA/multi30k
-# Chapters that train shrink their sizes and steps when AT_QUICK is set (see the chapters).
+# Chapters run shrunk when AT_QUICK is set: the sizes tools/shrunk.json gives a chapter run
+# right after its cell tagged `parameters`, inserted by the tooling, never written into the
+# notebook (tools/shrunk.py; the root conftest.py for nbval here, tools/fresh_runtime.sh for
+# its copies). No notebook reads AT_QUICK (tools/nbclean.py --check).
 export AT_QUICK=1
 # Nothing in the tests may reach a hub.
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1

@@ -222,7 +222,7 @@ class OnnxTranslator:
 # %% ../../nbs/11e_onnx.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
     """Greedy output ids (without BOS and EOS) for one batch of source id lists, by
-    chapter 9's `greedy_loop` over the exported step."""
+    part 9c's `greedy_loop` over the exported step."""
     c, longest = engine.config, max(map(len, rows))
     _check_onnx_lengths(engine, longest, output_limit(longest, max_len_b=max_len_b))
     mask, cross, past = engine.start(rows)

@@ -4,19 +4,14 @@
 __all__ = ['copy_task', 'train_copy_model']
 
 # %% ../../nbs/08_copy.ipynb #74f7ae11
-import json
 import random
-import shutil
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from ..formats import CHECKPOINTS_DIR, FIRST_WORD_ID, WEIGHTS_FILE
-from ..utils import check_number, default_device
+from ..formats import FIRST_WORD_ID
+from ..utils import check_number
 from ..model import Transformer, TransformerConfig, make_model
-from ..run.checkpoints import load_weights, save_weights
-from ..run.trainer import TrainConfig, train
 
 # %% ../../nbs/08_copy.ipynb #04c92648
 def copy_task(n_pairs: int, vocab_size: int = 16, shortest: int = 4, longest: int = 12,
@@ -27,38 +22,34 @@ def copy_task(n_pairs: int, vocab_size: int = 16, shortest: int = 4, longest: in
     check_number("shortest", shortest, 1)
     check_number("longest", longest, shortest)
     rng = random.Random(seed)
-    pairs = []
-    for _ in range(n_pairs):
-        n = rng.randint(shortest, longest)
-        seq = [rng.randrange(FIRST_WORD_ID, vocab_size) for _ in range(n)]
-        pairs.append((seq, list(seq)))
-    return pairs
+    seqs = [[rng.randrange(FIRST_WORD_ID, vocab_size)      # a length, then its words
+             for _ in range(rng.randint(shortest, longest))] for _ in range(n_pairs)]
+    return [(seq, list(seq)) for seq in seqs]
 
 # %% ../../nbs/08_copy.ipynb #f4749be0
+from ..batching import epoch_batches
+from ..training import make_optimizer, train_loop
+
+
 def train_copy_model(run_dir=None, *, vocab_size: int = 16, retrain: bool = False,
-                     quick: bool = False, progress: bool = False,
-                     **train_overrides) -> Transformer:
-    """A Transformer trained on the copy task: loaded from `run_dir` if it was trained
-    there with the same settings, else trained now (the time depends on the machine;
-    chapter 8 prints it). `quick`: a few dozen steps only, enough to run every
-    piece but not to learn the task."""
-    run_dir = Path(run_dir or ("runs/copy_model_quick" if quick else "runs/copy_model"))
-    settings = TrainConfig.preset("copy_quick" if quick else "copy", progress=progress,
-                                  **train_overrides)
+                     steps: int = 1200) -> Transformer:
+    """The `copy` model after `steps` updates of `train_loop` on 20,000 copy pairs
+    (Adam and the schedule of §5.3, warmup 200): loaded from `run_dir` if an earlier
+    call saved it there with the same `vocab_size` and `steps`, else trained now."""
+    path = Path(run_dir or "runs/copy_model") / f"copy_{vocab_size}_{steps}.pt"
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.manual_seed(0)                                     # the initial weights
     config = TransformerConfig.preset("copy")
-    wanted = {"vocab_size": vocab_size, "words_from": FIRST_WORD_ID,
-              "model": asdict(config),
-              "train": {k: v for k, v in asdict(settings).items() if k != "progress"}}
-    final, info = run_dir / WEIGHTS_FILE, run_dir / "copy_model.json"
-    torch.manual_seed(0)
-    model = make_model(vocab_size, vocab_size, config).to(default_device())
-    if not retrain and final.exists() and info.exists() \
-            and json.loads(info.read_text()) == wanted:
-        return load_weights(model, final).eval()
-    shutil.rmtree(run_dir / CHECKPOINTS_DIR, ignore_errors=True)   # start afresh
-    train(model, copy_task(20_000, vocab_size, seed=1), config=settings,
-          valid_pairs=copy_task(500, vocab_size, seed=2),
-          run_dir=run_dir / CHECKPOINTS_DIR)
-    save_weights(final, model)
-    info.write_text(json.dumps(wanted))
+    model = make_model(vocab_size, vocab_size, config).to(device)
+    if path.exists() and not retrain:
+        saved = torch.load(path, map_location=device, weights_only=True)
+        model.load_state_dict(saved["weights"])
+        return model.eval()
+    optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup=200)
+    torch.manual_seed(0)                                     # the dropout masks
+    batches = epoch_batches(copy_task(20_000, vocab_size, seed=1), max_tokens=1024)
+    history = train_loop(model, batches, optimizer, scheduler, steps=steps,
+                         log_every=50)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"weights": model.state_dict(), "history": history}, path)
     return model.eval()

@@ -6,7 +6,7 @@ __all__ = ['transformer_figure', 'attention_figure']
 # %% ../../nbs/00_start.ipynb #87afadd8
 from ..utils import optional_import
 
-# %% ../../nbs/98_lab.ipynb #d8d831cb
+# %% ../../nbs/00_start.ipynb #d8d831cb
 _COLOURS = {"embed": "#f6c9c4", "attn": "#fbd9a8", "norm": "#f3efb0", "ff": "#c4e1f3",
             "linear": "#ddd3f1", "soft": "#cdebc8", "frame": "#f1f1f1"}
 
@@ -35,7 +35,7 @@ def _canvas(ax, width, height, title=""):
     ax.set_title(title, fontsize=11)
     ax.axis("off")
 
-# %% ../../nbs/98_lab.ipynb #442dccdb
+# %% ../../nbs/00_start.ipynb #442dccdb
 def _column(ax, x, below, kind, sublayers, side):
     """An embedding, the positional encoding and N layers, bottom to top at `x`: each
     sublayer, then Add & Norm fed by the residual path on `side` (-1 left, +1 right).
@@ -64,7 +64,7 @@ def _column(ax, x, below, kind, sublayers, side):
             ha="right" if side < 0 else "left", va="center", fontsize=12)
     return y, centres
 
-# %% ../../nbs/98_lab.ipynb #c8078c4c
+# %% ../../nbs/00_start.ipynb #c8078c4c
 def transformer_figure():
     """The encoder-decoder of Figure 1 (§3.1), drawn from its parts: embeddings and
     positional encoding, N encoder and N decoder layers, the linear map and softmax."""
@@ -89,7 +89,7 @@ def transformer_figure():
     _arrow(ax, (9.0, dec + 1.85), (9.0, dec + 2.4))
     return fig
 
-# %% ../../nbs/98_lab.ipynb #03096e45
+# %% ../../nbs/00_start.ipynb #03096e45
 def attention_figure():
     """Figure 2 (§3.2): scaled dot-product attention (Eq. 1), and multi-head attention:
     h heads, each on its own linear projections of V, K and Q, concatenated."""

@@ -19,13 +19,14 @@ from ..formats import BOS_ID, EOS_ID, METRICS_FILE
 from ..utils import check_number, world
 from .durable import clear_staged
 from ..precision import (
-    check_precision, grad_scaler, resolve_precision, warn_if_emulated)
+    check_precision, grad_scaler, precision_context, resolve_precision)
+from ..precision import warn_if_emulated
 from .processes import (
     StopSignals, TrainingInterrupted, barrier, gather_rng_states, rank0_decides)
 from ..batching import (
     TokenBatchSampler, batch_stream, fixed_batches, make_batch, pair_lengths)
 from ..training import (
-    EPS_LS, evaluate, make_optimizer, train_step)
+    EPS_LS, accumulated_step, evaluate, make_optimizer)
 from .checkpoints import (
     checkpoint_dir, checkpoint_step, list_checkpoints, load_checkpoint, log_metrics,
     read_metrics, read_state, save_checkpoint, truncate_metrics)
@@ -71,7 +72,7 @@ class TrainConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides) -> "TrainConfig":
-        "Named settings (`copy`, `copy_quick`, `multi30k`) with some fields changed."
+        "Named settings (`copy`, `multi30k`) with some fields changed."
         try:
             settings = _PRESETS[name]
         except KeyError:     # the message of TransformerConfig.preset (chapter 5)
@@ -83,8 +84,6 @@ class TrainConfig:
 _PRESETS = {     # the copy model in fp32: the same weights on every machine (chapter 9)
     "copy": dict(steps=1200, max_tokens=1024, warmup=200, precision="fp32",
                  log_every=25, eval_every=100, save_every=300),
-    "copy_quick": dict(steps=30, max_tokens=256, warmup=200, precision="fp32",
-                       log_every=5, eval_every=15, save_every=15),
     "multi30k": dict(steps=12000, max_tokens=2048, warmup=1200, lr_factor=0.627,
                      clip_norm=5.0, precision="auto", log_every=50,
                      eval_every=500, save_every=500, keep_last=20, progress=False),
@@ -102,7 +101,7 @@ class LossMeter:
         state.setdefault("meter", [0.0, 0])    # loss × tokens, tokens since the line
 
     def add(self, out: dict, bar=None) -> None:
-        "Count one update (`train_step`'s output) in `state`: step, time, sums."
+        "Count one update (`accumulated_step`'s output) in `state`: step, time, sums."
         s, (loss, tokens) = self.state, self.state["meter"]
         s["meter"] = [loss + out["loss"] * out["tokens"], tokens + out["tokens"]]
         s["step"], s["elapsed"] = s["step"] + 1, time.perf_counter() - self.start
@@ -254,8 +253,8 @@ def _ddp(model: nn.Module, device) -> nn.Module:
 
 def _eval_record(model: nn.Module, valid, c: TrainConfig, step: int, pad_id: int):
     "The held-out scores at `step`, as a metrics record of `eval_*` entries."
-    scores = evaluate(model, valid, eps_ls=c.eps_ls, pad_id=pad_id,
-                      precision=c.precision)
+    with precision_context(c.precision, next(model.parameters()).device):
+        scores = evaluate(model, valid, eps_ls=c.eps_ls, pad_id=pad_id)
     return {"step": step, **{f"eval_{k}": v for k, v in scores.items()}}
 
 # %% ../../nbs/07c_trainer.ipynb #08ec46c0
@@ -280,9 +279,9 @@ def train(model: nn.Module, train_pairs, *, config: TrainConfig, valid_pairs=Non
     with StopSignals() as signals, bar:
         while state["step"] < c.steps:
             batches = _micro_batches(stream, train_pairs, c, state, pad_id, device)
-            out = train_step(net, batches, run.optimizer, run.scheduler,
-                             scaler=run.scaler, eps_ls=c.eps_ls, pad_id=pad_id,
-                             clip_norm=c.clip_norm, precision=c.precision)
+            out = accumulated_step(net, batches, run.optimizer, run.scheduler,
+                                   scaler=run.scaler, eps_ls=c.eps_ls, pad_id=pad_id,
+                                   clip_norm=c.clip_norm, precision=c.precision)
             meter.add(out, bar)
             step, end = state["step"], state["step"] == c.steps
             if step % c.log_every == 0 or end:
