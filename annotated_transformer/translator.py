@@ -6,6 +6,8 @@ __all__ = ['translate', 'corpus_bleu', 'attention_maps', 'BATCH_SIZE', 'Truncati
 # %% ../nbs/11_translator.ipynb #b148c7c3
 import torch
 
+from .utils import optional_import  # chapter 10
+
 from .model import Transformer
 from .batching import make_batch, pad_ids
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, beam_search
@@ -33,8 +35,7 @@ def translate(model: Transformer, sp, sentences: list[str], *,
 def corpus_bleu(hypotheses: list[str], references: list[str]):
     """sacreBLEU (Post, 2018) of detokenised, cased `hypotheses` against one reference
     per sentence: returns `(score, signature)`; `score.score` is the number."""
-    import sacrebleu                                   # the package's "data" extra
-
+    sacrebleu = optional_import("sacrebleu", "data")  # the "data" extra installs it
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} translations but {len(references)} "
                          "references: one reference per sentence is needed")
