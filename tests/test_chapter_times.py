@@ -12,13 +12,13 @@
   notebook holds the cell as the file has it now, and the site adds nothing of its own;
   every Part I page has a time to state.
 """
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from repo_tools import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = json.loads((ROOT / "bench/results/chapter_times.json").read_text(encoding="utf-8"))
@@ -26,16 +26,8 @@ GENERATED = [("<!-- chapter-times: begin -->", "<!-- chapter-times: end -->"),
              ("<!-- reading-path: begin -->", "<!-- reading-path: end -->")]
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-run_all = _load("run_all", ROOT / "bench/run_all.py")
-nbclean = _load("nbclean", ROOT / "tools/nbclean.py")
+run_all = load_tool("run_all", "bench/run_all.py")
+nbclean = load_tool("nbclean", "tools/nbclean.py")
 
 
 def _block(text: str, begin: str, end: str) -> str:

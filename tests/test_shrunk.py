@@ -10,7 +10,6 @@ sees speaks of the harness (tools/nbclean.py --check).
   unchanged; the fresh runtime's command injects into its copy and refuses nbs/;
 - nbclean drops nbval's comment lines into cell tags and names harness words in code cells.
 """
-import importlib.util
 import json
 import os
 import shutil
@@ -20,19 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from repo_tools import load_tool
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-shrunk = _load("shrunk", ROOT / "tools/shrunk.py")
-nbclean = _load("nbclean", ROOT / "tools/nbclean.py")
+shrunk = load_tool("shrunk", "tools/shrunk.py")
+nbclean = load_tool("nbclean", "tools/nbclean.py")
 
 
 def _code(source: str, *, tags=(), count=None, outputs=()) -> dict:
