@@ -152,11 +152,12 @@ import time
 
 
 def train_loop(model: nn.Module, batches, optimizer, scheduler, *, steps: int,
-               log_every: int = 100, eps_ls: float = EPS_LS,
+               log_every: int = 100, verbose: bool = True, eps_ls: float = EPS_LS,
                pad_id: int = PAD_ID) -> list[dict]:
     """`steps` updates of `train_step` (§5.3, §5.4) over `batches`: a list read again
     at every epoch, or a function `epoch -> batches`. Every `log_every` updates, and
-    after the last, a line of metrics, printed and kept; returns the kept lines."""
+    after the last, a line of metrics, kept and (if `verbose`) printed; returns the
+    kept lines."""
     check_number("steps", steps, 1)
     device = next(model.parameters()).device
     history, step, loss_sum, tokens, start = [], 0, 0.0, 0, time.perf_counter()
@@ -168,11 +169,12 @@ def train_loop(model: nn.Module, batches, optimizer, scheduler, *, steps: int,
             step, loss_sum = step + 1, loss_sum + out["loss"] * out["tokens"]
             tokens += out["tokens"]
             if step % log_every == 0 or step == steps:
-                seconds = time.perf_counter() - start
-                history.append({"step": step, "epoch": epoch, "loss": loss_sum / tokens,
+                seconds, loss = time.perf_counter() - start, loss_sum / tokens
+                history.append({"step": step, "epoch": epoch, "loss": loss,
                                 "lr": out["lr"], "tokens": tokens, "seconds": seconds})
-                print(f"step {step:5d}  epoch {epoch:2d}  loss {loss_sum / tokens:.3f}"
-                      f"  lr {out['lr']:.2e}  {seconds:6.1f} s")
+                if verbose:
+                    print(f"step {step:5d}  epoch {epoch:2d}  loss {loss:.3f}"
+                          f"  lr {out['lr']:.2e}  {seconds:6.1f} s")
                 loss_sum, tokens = 0.0, 0              # the next line's updates
             if step == steps:
                 return history

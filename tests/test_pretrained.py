@@ -19,9 +19,8 @@ import torch
 from annotated_transformer.data import load_tokenizer, train_tokenizer
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.cli import main
-from annotated_transformer.run.hub import (REPOSITORY_URL, SOURCE_REF, DownloadError,
-                                       download_model, model_url)
-from annotated_transformer.translator import Translator
+from annotated_transformer.run.hub import DownloadError, download_model, model_url
+from annotated_transformer.translator import REPOSITORY_URL, SOURCE_REF, Translator
 from annotated_transformer.run.pretrained import load_translator, save_translator
 
 SENTENCES = ["A dog runs on the beach.", "", "Two men are playing chess in a park.",

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import annotated_transformer
+from annotated_transformer import translator
 from annotated_transformer.run import hub
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +56,8 @@ def named_refs() -> list[tuple[str, str, str | None]]:
                 path = m.groupdict().get("path")
                 found.append((str(f.relative_to(ROOT)), m["ref"], path and path.rstrip("/.")))
     found.append(("_config.yml (repository.branch)", REPO["branch"], None))
-    found.append(("annotated_transformer/run/hub.py (SOURCE_REF)", hub.SOURCE_REF, None))
+    found.append(("annotated_transformer/translator.py (SOURCE_REF)", translator.SOURCE_REF,
+                  None))
     return found
 
 
@@ -84,8 +86,8 @@ def test_version_ref_and_changelog_agree():
         f"CHANGELOG's newest version {version} != __version__ "
         f"{annotated_transformer.__version__}: move them together")
     wanted = "main" if unreleased else f"v{version}"
-    assert hub.SOURCE_REF == wanted, (
-        f"SOURCE_REF is {hub.SOURCE_REF!r} but CHANGELOG says {version} is "
+    assert translator.SOURCE_REF == wanted, (
+        f"SOURCE_REF is {translator.SOURCE_REF!r} but CHANGELOG says {version} is "
         f"{'unreleased' if unreleased else 'released'}: it should be {wanted!r}")
 
 
@@ -110,5 +112,6 @@ def test_every_named_ref_and_path_exists():
 def test_shipped_models_exist_at_the_ref():
     for name in hub.SHIPPED_MODELS:
         for file in (hub.CONFIG_FILE, hub.WEIGHTS_FILE, hub.TOKENIZER_FILE):
-            assert git("cat-file", "-e", f"{hub.SOURCE_REF}:models/{name}/{file}").returncode \
-                == 0, f"models/{name}/{file} is not committed at {hub.SOURCE_REF}"
+            ref = translator.SOURCE_REF
+            assert git("cat-file", "-e", f"{ref}:models/{name}/{file}").returncode == 0, \
+                f"models/{name}/{file} is not committed at {ref}"

@@ -48,7 +48,7 @@ KERNELSPEC = {"display_name": "python3", "language": "python", "name": "python3"
 
 
 # Once a release is on the package index, install cells pin it there (`name[extras]==version`);
-# until then they install the repository at `SOURCE_REF` (part 11a): `main` between releases,
+# until then they install the repository at `SOURCE_REF` (chapter 11): `main` between releases,
 # the release's tag in a release commit.
 ON_INDEX = False
 EXTRAS = {"data": r"\b(sentencepiece|sacrebleu|datasets)\b|annotated_transformer(\.data|\.run\.hub|\.run\.pretrained|\.translator|\.run\.recipe|\.cli)?"
@@ -95,8 +95,8 @@ def install_cell(code: str) -> str:
     url = yaml.safe_load((root / "_config.yml").read_text())["repository"]["url"]
     init = (root / "annotated_transformer/__init__.py").read_text()
     version = re.search(r'__version__ = "([^"]+)"', init).group(1)
-    hub = (root / "annotated_transformer/run/hub.py").read_text()
-    ref = re.search(r'^SOURCE_REF = "([^"]+)"', hub, re.M).group(1)
+    translator = (root / "annotated_transformer/translator.py").read_text()
+    ref = re.search(r'^SOURCE_REF = "([^"]+)"', translator, re.M).group(1)
     chosen = [k for k, rx in EXTRAS.items() if re.search(rx, code, re.M)]
     extras = ",".join(chosen)
     needs = tuple(m for k in chosen for m in MODULES[k])

@@ -74,7 +74,7 @@ sync_check() {
   # the repository URL lives in _config.yml; the library's copy (model downloads) must agree
   $BIN/python - <<'PY'
 import yaml
-from annotated_transformer.run.hub import REPOSITORY_URL
+from annotated_transformer.translator import REPOSITORY_URL
 url = yaml.safe_load(open("_config.yml"))["repository"]["url"]
 assert REPOSITORY_URL == url, f"REPOSITORY_URL {REPOSITORY_URL} != _config.yml {url}"
 PY

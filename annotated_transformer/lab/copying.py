@@ -32,10 +32,11 @@ from ..training import make_optimizer, train_loop
 
 
 def train_copy_model(run_dir=None, *, vocab_size: int = 16, retrain: bool = False,
-                     steps: int = 1200) -> Transformer:
+                     steps: int = 1200, verbose: bool = False) -> Transformer:
     """The `copy` model after `steps` updates of `train_loop` on 20,000 copy pairs
     (Adam and the schedule of §5.3, warmup 200): loaded from `run_dir` if an earlier
-    call saved it there with the same `vocab_size` and `steps`, else trained now."""
+    call saved it there with the same `vocab_size` and `steps`, else trained now
+    (printing the loop's lines if `verbose`)."""
     path = Path(run_dir or "runs/copy_model") / f"copy_{vocab_size}_{steps}.pt"
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(0)                                     # the initial weights
@@ -49,7 +50,7 @@ def train_copy_model(run_dir=None, *, vocab_size: int = 16, retrain: bool = Fals
     torch.manual_seed(0)                                     # the dropout masks
     batches = epoch_batches(copy_task(20_000, vocab_size, seed=1), max_tokens=1024)
     history = train_loop(model, batches, optimizer, scheduler, steps=steps,
-                         log_every=50)
+                         log_every=50, verbose=verbose)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"weights": model.state_dict(), "history": history}, path)
     return model.eval()
