@@ -2,7 +2,8 @@
 import torch
 
 from annotated_transformer.lab.analysis import (KINDS, attention_modules, control_labels,
-                                                head_gradients, head_mask, monotonicity)
+                                                head_gradients, head_mask, linear_probe,
+                                                mlp_probe, monotonicity, probe_hits)
 from annotated_transformer.model import TransformerConfig, make_model
 from annotated_transformer.batching import make_batch
 
@@ -57,3 +58,19 @@ def test_monotonicity_and_control_labels():
     control = control_labels(types, torch.tensor([0, 1, 0, 1, 0, 1]), seed=1)
     for t in types.unique():
         assert control[types == t].unique().numel() == 1
+
+
+def test_probe_hits_mark_each_test_row_and_give_the_probes_accuracy():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 6, generator=g)
+    y = (x[:, 0] > 0).long()
+    for hidden in (0, 8):
+        hits = probe_hits(x[:200], y[:200], x[200:], y[200:], hidden=hidden, steps=50)
+        assert hits.shape == (100,) and hits.dtype == torch.bool
+        again = probe_hits(x[:200], y[:200], x[200:], y[200:], hidden=hidden, steps=50)
+        assert torch.equal(hits, again)                  # the same on every run
+    assert linear_probe(x[:200], y[:200], x[200:], y[200:], steps=50) == (
+        probe_hits(x[:200], y[:200], x[200:], y[200:], steps=50).float().mean().item())
+    assert mlp_probe(x[:200], y[:200], x[200:], y[200:], hidden=8, steps=50) == (
+        probe_hits(x[:200], y[:200], x[200:], y[200:], hidden=8, steps=50)
+        .float().mean().item())

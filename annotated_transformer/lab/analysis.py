@@ -3,7 +3,7 @@
 # %% auto #0
 __all__ = ['KINDS', 'attention_modules', 'attention_weights', 'head_mask', 'sentence_nll', 'head_gradients', 'bleu_stats',
            'bleu_of', 'paired_bootstrap', 'interval', 'offset_share', 'entropy_bits', 'argmax_share', 'monotonicity',
-           'linear_probe', 'mlp_probe', 'control_labels']
+           'probe_hits', 'linear_probe', 'mlp_probe', 'control_labels']
 
 # %% ../../nbs/13_inside.ipynb #42bf1166
 import contextlib
@@ -193,47 +193,49 @@ def monotonicity(weights: Tensor, real: Tensor) -> tuple[Tensor, Tensor]:
     return forward, rho.nan_to_num(0.0).mean(0)
 
 # %% ../../nbs/13_inside.ipynb #b05331a4
-def _probe_accuracy(probe: nn.Module, train_x: Tensor, train_y: Tensor, test_x: Tensor,
-                    test_y: Tensor, steps: int, lr: float,
-                    weight_decay: float) -> float:
-    "Train `probe` full-batch with Adam on standardised features; its test accuracy."
-    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+def probe_hits(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
+               hidden: int = 0, steps: int = 300, lr: float | None = None,
+               weight_decay: float = 1e-3, seed: int = 0) -> Tensor:
+    """Which test rows a probe labels right, `(n_test,)` bool. Trained full-batch with
+    Adam on features standardised by the training rows: with `hidden=0` a linear map
+    and softmax (logistic regression) from zero weights, else one hidden ReLU layer of
+    `hidden` units from weights drawn with `seed`; either way the same result on every
+    run (the probes of Hewitt & Liang, 2019). `lr` by default 0.05 linear, 0.01 MLP."""
+    classes = int(max(train_y.max(), test_y.max())) + 1
+    if hidden:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            probe = nn.Sequential(nn.Linear(train_x.size(1), hidden), nn.ReLU(),
+                                  nn.Linear(hidden, classes))
+    else:
+        probe = nn.Linear(train_x.size(1), classes)
+        nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
+    lr = lr if lr is not None else (0.01 if hidden else 0.05)
     optimizer = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
+    mean, std = train_x.mean(0), train_x.std(0) + 1e-6
     x = (train_x - mean) / std
     for _ in range(steps):
         optimizer.zero_grad()
         F.cross_entropy(probe(x), train_y).backward()
         optimizer.step()
     with torch.no_grad():
-        return (probe((test_x - mean) / std).argmax(-1) == test_y).float().mean().item()
+        return probe((test_x - mean) / std).argmax(-1) == test_y
 
-
+# %% ../../nbs/13_inside.ipynb #ccca44df
 def linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
                  steps: int = 300, lr: float = 0.05,
                  weight_decay: float = 1e-3) -> float:
-    """Test accuracy of a linear probe (logistic regression, softmax over classes)
-    trained full-batch with Adam on standardised features, from zero weights, so the
-    result is deterministic (the linear probe of Hewitt & Liang, 2019)."""
-    probe = nn.Linear(train_x.size(1), int(max(train_y.max(), test_y.max())) + 1)
-    nn.init.zeros_(probe.weight), nn.init.zeros_(probe.bias)
-    return _probe_accuracy(probe, train_x, train_y, test_x, test_y, steps, lr,
-                           weight_decay)
+    "Test accuracy of the linear probe of `probe_hits` (logistic regression)."
+    return probe_hits(train_x, train_y, test_x, test_y, steps=steps, lr=lr,
+                      weight_decay=weight_decay).float().mean().item()
 
 
-# %% ../../nbs/13_inside.ipynb #ccca44df
 def mlp_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, *,
               hidden: int = 64, steps: int = 300, lr: float = 0.01,
               weight_decay: float = 1e-3, seed: int = 0) -> float:
-    """Test accuracy of a probe with one hidden ReLU layer of `hidden` units, trained as
-    `linear_probe` is, from weights drawn with `seed`: the larger of two capacities."""
-    classes = int(max(train_y.max(), test_y.max())) + 1
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        probe = nn.Sequential(nn.Linear(train_x.size(1), hidden), nn.ReLU(),
-                              nn.Linear(hidden, classes))
-    return _probe_accuracy(probe, train_x, train_y, test_x, test_y, steps, lr,
-                           weight_decay)
-
+    "Test accuracy of `probe_hits`'s probe with one hidden layer of `hidden` units."
+    return probe_hits(train_x, train_y, test_x, test_y, hidden=hidden, steps=steps,
+                      lr=lr, weight_decay=weight_decay, seed=seed).float().mean().item()
 
 # %% ../../nbs/13_inside.ipynb #c16eaf8c
 def control_labels(types: Tensor, labels: Tensor, seed: int = 0) -> Tensor:
