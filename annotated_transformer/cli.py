@@ -232,21 +232,21 @@ def _evaluate(a, translator: Translator, options: dict) -> int:
     return 0
 
 # %% ../nbs/11g_cli.ipynb #8f28a12a
-def _decide(a, translator: Translator) -> dict:
-    """Settle how `translator` decodes (its engine, for steps of up to batch × beam
-    rows): the precision said on stderr if chosen, and why a compiled engine cannot
-    run. Returns the precision and the engine that decode."""
+def _load(a) -> Translator:
+    "The translator of `a.model_dir`, its decoding settled once (said if chosen)."
     engine = ENGINES[a.engine]
     if a.engine in ("aot", "auto"):
         engine = partial(engine, max_rows=a.batch_size * a.beam_size)
+    device = a.device or ("cpu" if a.precision == "int8" else None)   # int8: CPU only
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        d = translator.use(precision=a.precision, engine=engine, say=False).decoding
+        translator = load_translator(a.model_dir, device=device, precision=a.precision,
+                                     engine=engine, say=False)
     if a.precision == "auto":
-        say(d.why)
+        say(translator.decoding.why)
     for w in caught:
         say(f"warning: {w.message}")
-    return {"precision": d.precision, "engine": d.engine}
+    return translator
 
 # %% ../nbs/11g_cli.ipynb #0462a0d5
 def _run(a) -> int:
@@ -258,11 +258,11 @@ def _run(a) -> int:
         torch.set_num_threads(a.threads)
     if a.command == "train":
         return _train(a)
-    device = a.device or ("cpu" if a.precision == "int8" else None)   # int8: CPU only
-    translator = load_translator(a.model_dir, device=device)
+    translator = _load(a)
     options = {"search": dict(beam_size=a.beam_size, alpha=a.alpha,
                               batch_size=a.batch_size),
-               "decoding": _decide(a, translator)}
+               "decoding": {"precision": translator.decoding.precision,
+                            "engine": translator.decoding.engine}}
     run = _translate if a.command == "translate" else _evaluate
     return run(a, translator, options)
 

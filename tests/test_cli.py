@@ -348,7 +348,7 @@ def test_int8_without_a_device_loads_on_the_cpu(model_dir, tmp_path, monkeypatch
     from annotated_transformer import cli
     asked = []
 
-    def load_translator(directory, device=None):
+    def load_translator(directory, device=None, **decoding):
         asked.append(device)
         raise OSError("stop here")
 
@@ -359,7 +359,6 @@ def test_int8_without_a_device_loads_on_the_cpu(model_dir, tmp_path, monkeypatch
         assert main(["translate", "--model-dir", str(model_dir), "-i", str(src),
                      *extra]) == 1
     assert asked == ["cpu", None]
-
 
 
 def test_translate_compiled_engine(model_dir, tmp_path, monkeypatch, capsys):

@@ -207,7 +207,7 @@ def test_select_average_breaks_ties_to_the_fewest(monkeypatch, scores, chosen):
         model = None
 
     best, seen = select_average(T(), list(range(10)), ks=list(scores), sources=[],
-                                references=[], precision="fp32")
+                                references=[])
     assert best == chosen and seen == scores and loaded[-1] == chosen
 
 

@@ -73,8 +73,8 @@ def _say(progress: bool, *parts) -> None:
         tqdm.write(" ".join(str(p) for p in parts), file=sys.stderr)
 
 
-def _val_bleu(translator, sources, references, precision, beam_size=1) -> float:
-    translator.use(precision=precision)      # the weights in training: no copy
+def _val_bleu(translator, sources, references, *, beam_size: int = 1) -> float:
+    "BLEU of `translator` on the pairs, as it decodes (it reads the trained weights)."
     hyps = translator.translate(sources, beam_size=beam_size, batch_size=100)
     return corpus_bleu(hyps, references)[0].score
 
@@ -82,7 +82,7 @@ def _val_bleu(translator, sources, references, precision, beam_size=1) -> float:
 SELECT_TOLERANCE = 0.1                   # BLEU points: closer to the best is a tie
 
 
-def select_average(translator, paths, *, ks, sources, references, precision="auto",
+def select_average(translator, paths, *, ks, sources, references,
                    progress: bool = False,
                    tolerance: float = SELECT_TOLERANCE) -> tuple[int, dict]:
     """Checkpoint averaging (§6.1) chosen on held-out data: average the last k of the
@@ -93,7 +93,7 @@ def select_average(translator, paths, *, ks, sources, references, precision="aut
     scores = {}
     for k in sorted({k for k in ks if k <= len(paths)}):
         load_weights(translator.model, average_checkpoints(paths[-k:]))
-        scores[k] = _val_bleu(translator, sources, references, precision)
+        scores[k] = _val_bleu(translator, sources, references)
         _say(progress, f"average of the last {k} checkpoint(s): "
              f"validation BLEU {scores[k]:.2f} (greedy)")
     top = max(scores.values())
@@ -151,7 +151,7 @@ class _OnCheckpoint:
         record = {"step": step}
         if step % r.bleu_every == 0 or step == r.train.steps:
             record["val_bleu"] = _val_bleu(self.translator, src[:r.bleu_sentences],
-                                           ref[:r.bleu_sentences], r.train.precision)
+                                           ref[:r.bleu_sentences])
         record["wall"] = time.perf_counter() - self.t0
         log_metrics(self.log, record)
         _say(self.progress, _report(record, read_metrics(self.log)))
@@ -200,11 +200,13 @@ def _load_data(r: TranslationRecipe, model_dir: Path, data) -> tuple:
 
 def _new_translator(r: TranslationRecipe, sp, n_pairs: int, device,
                     progress: bool) -> Translator:
-    "The untrained model of `r`, seeded by `r.train.seed`; reports its size and data."
+    """The untrained model of `r`, seeded by `r.train.seed`, decoding (for the BLEU
+    of the hooks) in the run's precision; reports its size and data."""
     torch.manual_seed(r.train.seed)
     V = sp.get_piece_size()
-    translator = Translator(make_model(V, V, r.model).to(device), sp,
-                            src_lang=r.src_lang, tgt_lang=r.tgt_lang)
+    translator = Translator(make_model(V, V, r.model).to(device), sp,    # decodes as
+                            src_lang=r.src_lang, tgt_lang=r.tgt_lang,   # it trains
+                            precision=r.train.precision)
     n_params = sum(p.numel() for p in translator.model.parameters())
     _say(progress, f"{n_pairs} training pairs, vocabulary {V}, "
          f"{n_params:,} parameters, {hardware()}")
@@ -217,8 +219,7 @@ def _finish(translator: Translator, r: TranslationRecipe, model_dir: Path, val: 
     run_dir, n = model_dir / CHECKPOINTS_DIR, r.select_sentences
     done = list_checkpoints(run_dir)
     best, results = select_average(translator, done, ks=r.average, sources=val[0][:n],
-                                   references=val[1][:n], precision=r.train.precision,
-                                   progress=progress)
+                                   references=val[1][:n], progress=progress)
     total, step = (time.perf_counter() - t0) / 60, checkpoint_step(done[-1])
     log_metrics(run_dir / METRICS_FILE, {"step": step, "selection": results,
                                          "selected": best, "wall": total * 60})
