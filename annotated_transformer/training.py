@@ -7,7 +7,6 @@ __all__ = ['EPS_LS', 'smoothed_targets', 'label_smoothing_loss', 'lrate', 'make_
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .formats import PAD_ID

@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import http.client
 import json
-import os
 import re
 import sys
 import urllib.error
@@ -22,8 +21,8 @@ from tqdm import tqdm
 from ..formats import CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE
 from ..model import TransformerConfig
 from .durable import staged
-from ..translator import MODEL_HOST_ENV, SOURCE_REF, repository_url
-from ..utils import CACHE_ENV, cache_root
+from ..translator import repository_url
+from ..utils import cache_root
 
 # %% ../../nbs/11a_hub.ipynb #eded2e97
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
