@@ -43,7 +43,9 @@ def _package_run(model: Transformer, folder: Path, kind: str) -> tuple:
     """The `run`s (step, encoder) of `model`'s package of `kind` in `folder`, built
     first if need be."""
     if any(p.device.type != "cpu" for p in model.parameters()):
-        raise ValueError("the package runs float32 weights on the CPU, or a bf16 copy")
+        device = next(model.parameters()).device
+        raise ValueError(f"the aot package runs on the CPU, but the model is on "
+                         f"{device}: move it with model.cpu(), or decode eagerly")
     weights_precision(model)        # float32 or its bf16 copy (part 9a); else raises
     package = aot_package(model, folder, kind)
     if not package.exists():

@@ -87,7 +87,9 @@ def quantize_int8(model: Transformer) -> Transformer:
     feed-forward and output projections. Embeddings (the three-way tied matrix is read
     as a table there), LayerNorm and the residual stream stay in float32."""
     if torch.backends.quantized.engine in ("none", None):
-        raise ValueError("this build of PyTorch has no quantised CPU kernels")
+        raise ValueError("this build of PyTorch has no quantised CPU kernels "
+                         "(torch.backends.quantized.engine is none): decode in fp32 "
+                         "or bf16, or use a PyTorch build with fbgemm or qnnpack")
     model = copy.deepcopy(model).cpu().eval()
     _swap_int8(model)
     return model

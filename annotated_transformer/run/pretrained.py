@@ -34,7 +34,8 @@ def _stored(model: nn.Module, dtype) -> nn.Module:
     if dtype is None:
         return model
     if dtype not in _STORAGE_DTYPES:
-        raise ValueError(f"dtype {dtype}: use torch.float16 or bfloat16 (or None)")
+        raise ValueError(f"dtype {dtype}: use torch.float32, float16 or bfloat16 (or "
+                         "None: as the model's weights are)")
     stored = copy.deepcopy(model)
     for p in stored.parameters():
         p.data = p.data.to(dtype)
