@@ -186,11 +186,24 @@ def trains(old: dict | None = None, runs: tuple = COPY_RUNS) -> dict:
 
 
 def save(results: dict) -> None:
-    "Write the results file, chapters sorted, its downloads and trains sections recomputed."
+    """Write the results file, chapters sorted, its downloads and trains sections
+    recomputed; whole or not at all (a reader never sees half a file)."""
     results = dict(results, chapters=dict(sorted(results["chapters"].items())),
                    downloads=downloads(results.get("downloads")),
                    trains=trains(results.get("trains")))
-    RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    part = RESULTS.with_suffix(".part")
+    part.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+    part.replace(RESULTS)
+
+
+def merged(now: dict, run_: dict, *, gpu: bool, named: bool) -> dict:
+    """The results file `now` (as it is when this run saves) with this run's block: its
+    chapters over the file's when the run named its notebooks (another run's records,
+    written meanwhile, are kept), alone when it ran every chapter."""
+    base = now.get("gpu", {"chapters": {}}) if gpu else now
+    chapters = {**(base.get("chapters", {}) if named else {}), **run_["chapters"]}
+    block = {**run_, "chapters": chapters}
+    return dict(now, gpu=block) if gpu else dict(now, **block)
 
 
 def machine() -> dict:
@@ -306,13 +319,12 @@ def main():
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     where = machine()
-    # CPU times at the top level (the table's); a GPU's in a section of their own
-    prev = old.get("gpu", {"chapters": {}}) if where["gpu"] else old
-    run_ = {"commit": commit, "machine": where, "limit_s": args.limit,
-            "chapters": dict(prev["chapters"]) if args.notebooks else {}}
+    # CPU times at the top level (the table's); a GPU's in a section of their own (merged)
+    run_ = {"commit": commit, "machine": where, "limit_s": args.limit, "chapters": {}}
 
-    def results():
-        return dict(old, gpu=run_) if where["gpu"] else dict(old, **run_)
+    def results():                      # the file as it is now, this run's records on top
+        now = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"chapters": {}}
+        return merged(now, run_, gpu=bool(where["gpu"]), named=bool(args.notebooks))
 
     over = 0
     for path in paths:

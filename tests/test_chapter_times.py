@@ -220,3 +220,20 @@ def test_the_site_adds_no_running_cost_of_its_own():
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     assert "running_cost" not in config["sphinx"]["local_extensions"]
     assert not (ROOT / "book/_ext/running_cost.py").exists()
+
+
+def test_a_run_keeps_the_records_another_wrote_meanwhile():
+    """Two runs of named chapters at once: each save merges its chapters into the file as it
+    is then, so neither loses the other's; a run of every chapter replaces them all."""
+    now = {"commit": "a", "limit_s": 3000.0,
+           "chapters": {"08_copy": {"seconds": 50.0}, "11g_cli": {"seconds": 20.0}}}
+    mine = {"commit": "b", "machine": {}, "limit_s": 3000.0,
+            "chapters": {"13_inside": {"seconds": 800.0}}}
+    kept = run_all.merged(now, mine, gpu=False, named=True)
+    assert list(kept["chapters"]) == ["08_copy", "11g_cli", "13_inside"]
+    assert kept["commit"] == "b"
+    assert list(run_all.merged(now, mine, gpu=False, named=False)["chapters"]) == ["13_inside"]
+    on_gpu = run_all.merged({**now, "gpu": {"chapters": {"01_attention": {}}}}, mine,
+                            gpu=True, named=True)
+    assert on_gpu["chapters"] == now["chapters"]                  # CPU records untouched
+    assert list(on_gpu["gpu"]["chapters"]) == ["01_attention", "13_inside"]
