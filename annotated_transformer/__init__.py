@@ -12,7 +12,7 @@ __all__ = ['BOS_ID', 'EOS_ID', 'PAD_ID', 'default_device', 'eval_mode', 'padding
 __version__ = "0.2.0"  # the one place it is set; pyproject.toml reads it from here
 
 from .formats import BOS_ID, EOS_ID, PAD_ID
-from .utils import default_device, eval_mode
+from .utils import default_device
 from .attention import padding_mask, subsequent_mask
 from .multihead import MultiHeadAttention
 from .embeddings import Embeddings, PositionalEncoding
@@ -22,7 +22,7 @@ from .model import (
     Decoder, Encoder, Generator, Transformer, TransformerConfig, make_model)
 from .batching import Batch, TokenBatchSampler, make_batch
 from .training import (
-    evaluate, label_smoothing_loss, lrate, make_optimizer, train_step)
+    eval_mode, evaluate, label_smoothing_loss, lrate, make_optimizer, train_step)
 from .decoding import (
     BEAM_SIZE, LENGTH_ALPHA, beam_search, greedy_decode)
 from .data import (

@@ -72,13 +72,9 @@ class TokenBatchSampler:
         check_number("max_tokens", max_tokens, 1)
         self.lengths = [(int(s), int(t)) for s, t in lengths]
         self.max_tokens, self.seed, self.shuffle = max_tokens, seed, shuffle
-        self.epoch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def batches(self, epoch: int | None = None) -> list[list[int]]:
-        rng = random.Random(f"{self.seed}/{self.epoch if epoch is None else epoch}")
+    def batches(self, epoch: int = 0) -> list[list[int]]:
+        rng = random.Random(f"{self.seed}/{epoch}")
         order = list(range(len(self.lengths)))
         if self.shuffle:
             rng.shuffle(order)             # random order among equal lengths

@@ -105,7 +105,7 @@ def check_inputs(model, check: bool | None = None, src=None, tgt=None, *, src_ma
         n_layers = len(model.decoder.layers)
         if cache is not None and len(cache) != n_layers:
             raise ValueError(f"cache must have one entry per decoder layer "
-                             f"({n_layers}), got {len(cache)}: use init_cache()")
+                             f"({n_layers}), got {len(cache)}: use init_cache(model)")
     S = (src if src is not None else memory).size(1)
     if src_mask is not None and src is not None:      # in the encoder
         _check_mask("src_mask", src_mask, batch, S, S)

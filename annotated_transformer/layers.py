@@ -89,12 +89,9 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Decoder layer of §3.1: masked self-attention, cross-attention over the encoder
     output `memory`, and a feed-forward network, each in a `SublayerConnection`.
-
     `forward(x, memory, *, src_mask, tgt_mask, cache)`: `x` `(batch, T, d_model)`,
-    `memory` `(batch, S, d_model)`, `src_mask` `(batch, 1, S)`, `tgt_mask`
-    `(batch, T, T)` (True = may attend; None, the default = no mask). `cache`: this
-    layer's `{"self": {}, "cross": {}}`, filled in place. `bias` as in `EncoderLayer`.
-    """
+    `memory` `(batch, S, d_model)`, masks `(batch, 1, S)` and `(batch, T, T)` (True =
+    may attend; None = no mask), `cache` this layer's `{"self": {}, "cross": {}}`."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, *, p_drop: float = P_DROP,
                  p_attn_drop: float = 0.0, p_ff_drop: float = 0.0,

@@ -79,10 +79,8 @@ class Decoder(nn.Module):
 
     def forward(self, x: Tensor, memory: Tensor, *, src_mask: Tensor | None = None,
                 tgt_mask: Tensor | None = None, cache: list | None = None) -> Tensor:
-        for i, layer in enumerate(self.layers):
-            layer_cache = None if cache is None else cache[i]
-            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask,
-                      cache=layer_cache)
+        for layer, own in zip(self.layers, cache or [None] * len(self.layers)):
+            x = layer(x, memory, src_mask=src_mask, tgt_mask=tgt_mask, cache=own)
         return x if self.norm is None else self.norm(x)
 
 # %% ../nbs/05_model.ipynb #801737d7
@@ -144,7 +142,7 @@ class Transformer(nn.Module):
     def forward(self, src, tgt, *, src_mask=None, tgt_mask=None, check=None) -> Tensor:
         "Log-probabilities `(batch, T, tgt_vocab)` of the next token at each position."
         check_inputs(self, check, src, tgt, src_mask=src_mask, tgt_mask=tgt_mask)
-        if src_mask is None:       # one mask for the encoder and the cross-attention
+        if src_mask is None:     # one mask for the encoder and the cross-attention
             src_mask = padding_mask(src, self.config.pad_id)
         memory = self.encode(src, src_mask=src_mask, check=False)
         return self.generator(self.decode(memory, tgt, src_mask=src_mask,
@@ -189,11 +187,3 @@ def _preset(cls, name: str, changes: dict) -> dict:
         raise ValueError(f"unknown configuration fields {unknown}; "
                          f"fields are {fields}")
     return {**_PRESETS[name], **changes}
-
-# %% ../nbs/05b_model_details.ipynb #c5a0e003
-def _init_cache(model) -> list[dict]:
-    "An empty generation cache: one `{'self': {}, 'cross': {}}` per decoder layer."
-    return [{"self": {}, "cross": {}} for _ in model.decoder.layers]
-
-
-Transformer.init_cache = _init_cache    # the model's method, for decode(cache=)

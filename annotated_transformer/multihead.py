@@ -51,17 +51,11 @@ class _HeadProjections(nn.Module):
 # %% ../nbs/02_multihead.ipynb #95893431
 class MultiHeadAttention(_HeadProjections):
     """Multi-head attention, §3.2.2: Concat(head_1..head_h)·W^O, d_k = d_v = d_model/h.
-
-    Call with keyword arguments `query` `(batch, n_q, d_model)`, `key` and `value`
-    `(batch, n_k, d_model)` and an optional bool `mask` broadcastable to
-    `(batch, n_q, n_k)` or `(batch, h, n_q, n_k)`, `True` = may attend. Pass the same
-    tensor as query, key and value for self-attention. `cache` (a dict, filled in
-    place) enables incremental decoding. Set `keep_weights = True` to keep the last
-    attention weights, `(batch, h, n_q, n_k)`, in `.weights`. Otherwise Eq. (1) runs
-    as PyTorch's fused `scaled_dot_product_attention`, dropout included (training in
-    bf16 on a CPU aside). `p_attn_drop`: dropout on the weights; `bias=False`: no
-    biases (the equations'). `make_model` turns `check_shapes` off (checked once).
-    """
+    Keyword arguments `query` `(batch, n_q, d_model)`, `key` and `value`
+    `(batch, n_k, d_model)` (one tensor for all three: self-attention), a bool `mask`
+    broadcastable to `(batch, h, n_q, n_k)` (`True` = may attend) and a `cache` dict for
+    decoding (chapter 9). With `keep_weights = True` the weights are kept in `.weights`;
+    otherwise Eq. (1) runs as PyTorch's fused kernel (bf16 training on a CPU aside)."""
     check_shapes = True
 
     def __init__(self, d_model: int, n_heads: int, *, p_attn_drop: float = 0.0,

@@ -10,6 +10,7 @@ from .utils import optional_import  # chapter 10
 
 from .model import Transformer
 from .batching import make_batch, pad_ids
+from .training import eval_mode  # chapter 8
 from .decoding import BEAM_SIZE, LENGTH_ALPHA, beam_search
 from .data import decode_ids
 
@@ -73,16 +74,15 @@ def attention_maps(model: Transformer, sp, *, source: str, target: str) -> dict:
     pair = (sp.encode(source), sp.encode(target))
     batch = make_batch([pair], pad_id=model.config.pad_id)
     batch = batch.to(next(model.parameters()).device)
-    was_training = model.training
     for m in sum(kinds.values(), []):
         m.keep_weights = True
     try:
-        model.eval()
-        model(batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+        with eval_mode(model):                                # dropout off
+            model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
+                  tgt_mask=batch.tgt_mask)
         maps = {kind: torch.stack([m.weights[0].float().cpu() for m in ms])
                 for kind, ms in kinds.items()}
     finally:
-        model.train(was_training)
         for m in sum(kinds.values(), []):
             m.keep_weights, m.weights = False, None
     maps["source"] = [sp.id_to_piece(i) for i in pair[0]]
@@ -96,18 +96,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Callable
 
-import torch
 from tqdm import tqdm
 
 from .formats import BOS_ID, EOS_ID, PAD_ID
-from .utils import caller_stacklevel, eval_mode
+from .utils import caller_stacklevel
+from .training import eval_mode
 from .precision import (
     precision_context, resolve_precision, warn_if_emulated)
-from .model import Transformer
-from .batching import pad_ids
-from .decoding import (
-    BEAM_SIZE, LENGTH_ALPHA, MAX_LEN_B, beam_search, greedy_decode, output_limit)
-from .data import decode_ids, normalize_line
+from .decoding import MAX_LEN_B, greedy_decode, output_limit
+from .data import normalize_line
 
 # %% ../nbs/11b_translator_details.ipynb #53c4c717
 class TruncationWarning(UserWarning):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 from annotated_transformer.attention import padding_mask
-from annotated_transformer.decoding import decode_step
+from annotated_transformer.decoding import decode_step, init_cache
 from annotated_transformer.engines.quantization import column_major
 from annotated_transformer.run.pretrained import load_translator
 from annotated_transformer.utils import hardware
@@ -47,7 +47,7 @@ def main(argv=None) -> None:
         memory = model.encode(src, src_mask=mask)
 
         def steps() -> None:
-            cache, tokens = model.init_cache(), torch.ones(1, 1, dtype=torch.long)
+            cache, tokens = init_cache(model), torch.ones(1, 1, dtype=torch.long)
             for _ in range(a.steps):
                 logp = decode_step(model, memory, mask, tokens, cache)
                 tokens = torch.cat([tokens, logp.argmax(-1, keepdim=True)], 1)

@@ -40,9 +40,8 @@ first where a reader has none of their own: chapter 8's copy model, which a visi
 cell loads with `train_copy_model(` (without `retrain=True`: chapter 8 itself trains it on
 purpose, and its time includes that) and trains when no trained copy is found (a new
 runtime); its time is the training's own clock: the last `seconds` of the history saved
-with the model the chapters load (runs/copy_model/copy_16_1200.pt: 16 words, 1,200
-updates), or the largest `elapsed` of an older run's metrics.jsonl, kept from the file where
-neither is found.
+with the model the chapters load (nbs/runs/copy_model/copy_16_1200.pt: 16 words, 1,200
+updates; the pages run in nbs/), kept from the file where it is not found.
 
 After a chapter's run, tools/nbclean.py cleans it with the new file: it writes the running
 cost at the top of each notebook from these sections.
@@ -139,9 +138,8 @@ def downloads(old: dict | None = None, data_dir: Path = DATA) -> dict:
 
 
 # where chapter 8's `train_copy_model` keeps the model chapters 9, 9a and 9c load (its
-# history has the training's clock), then where an older version kept its metrics
-COPY_RUNS = (ROOT / "runs/copy_model/copy_16_1200.pt",
-             ROOT / "runs/copy_model/checkpoints/metrics.jsonl")
+# history has the training's clock): the pages run in nbs/, so their runs/ is nbs/runs/
+COPY_RUNS = (ROOT / "nbs/runs/copy_model/copy_16_1200.pt",)
 TRAINS = {"copy_model": r"\btrain_copy_model\((?![^)]*\bretrain=True)"}
 
 

@@ -80,7 +80,7 @@ def step_worker(engine: str, a) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from annotated_transformer.decoding import (
-        MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, prepare_decoding)
+        MAX_LEN_A, MAX_LEN_B, decode_step, greedy_decode, init_cache, prepare_decoding)
     from annotated_transformer.engines.quantization import decoding_model
     from annotated_transformer.engines.compiling import compiled_step
     from annotated_transformer.engines import aot_step
@@ -99,7 +99,7 @@ def step_worker(engine: str, a) -> dict:
 
         def one_pass():
             if engine == "eager cached":
-                cache = model.init_cache()
+                cache = init_cache(model)
                 for i in range(n):
                     decode_step(model, memory, src_mask, out[:, :i + 1], cache)
                 return

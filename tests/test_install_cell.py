@@ -78,3 +78,18 @@ def test_a_code_cell_over_forty_lines_is_reported():
     assert not nbclean.problems("page.ipynb", nb(40))
     found = nbclean.problems("page.ipynb", nb(41))
     assert len(found) == 1 and "41 lines > 40" in found[0]
+
+
+def test_the_install_cell_reads_the_pages_imports_not_its_own_list():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import nbclean
+    old = install_cell("01_attention.ipynb").replace('annotated_transformer[viz] @',
+                                                     'annotated_transformer[data,viz] @')
+    old = re.sub(r"NEEDS = \(.*?\)", 'NEEDS = ("sentencepiece datasets sacrebleu matplotlib")',
+                 old)
+    assert "sentencepiece" in old                   # what the cell itself lists
+    code = lambda text: {"cell_type": "code", "source": text.splitlines(keepends=True)}
+    nb = {"cells": [code(old), code("import matplotlib.pyplot as plt")]}
+    nbclean._set_install_cell(nb)
+    cell = "".join(nb["cells"][0]["source"])
+    assert "annotated_transformer[viz] @" in cell and "sentencepiece" not in cell

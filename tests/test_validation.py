@@ -407,7 +407,7 @@ MODEL_CASES = [  # (id, call on an evaluation-mode model, message)
     ("memory width", lambda m: m.decode(torch.randn(3, 9, 8), TGT),
      "memory must have shape (batch=3, S, d_model=6), got (3, 9, 8)"),
     ("cache length", lambda m: m.decode(torch.randn(3, 9, 6), TGT, cache=[{}]),
-     "cache must have one entry per decoder layer (2), got 1: use init_cache()"),
+     "cache must have one entry per decoder layer (2), got 1: use init_cache(model)"),
     ("tying two vocabularies", lambda m: make_model(100, 120, TransformerConfig()),
      "tie_embeddings=True shares one matrix between source and target and needs one "
      "vocabulary, got src_vocab=100 and tgt_vocab=120; use a shared vocabulary or "

@@ -116,8 +116,8 @@ def _set_install_cell(nb):
     first = [i for i, c in enumerate(code) if "".join(c["source"]).startswith("#| hide")]
     if not first or first[0] > 1:
         return
-    cell = code[first[0]]
-    text = install_cell("\n".join("".join(c["source"]) for c in code))
+    cell = code[first[0]]           # its own list of modules is not the page's imports
+    text = install_cell("\n".join("".join(c["source"]) for c in code if c is not cell))
     cell["source"] = text.splitlines(keepends=True)
 
 

@@ -10,7 +10,6 @@ from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
 from ..utils import caller_stacklevel

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from ..formats import BOS_ID, EOS_ID
-from ..utils import eval_mode
+from ..training import eval_mode
 from ..attention import attention, padding_mask
 from ..embeddings import PositionalEncoding
 from ..model import Transformer
@@ -93,7 +93,8 @@ def _self_attend(mha: nn.Module, y: Tensor, t: Tensor, k_buf: Tensor, v_buf: Ten
     q, k, v = map(mha.split_heads, mha.project(y, y, y))    # (rows, h, 1, d_k)
     k_buf.index_copy_(2, t, k.to(k_buf.dtype))
     v_buf.index_copy_(2, t, v.to(v_buf.dtype))
-    return _heads_out(mha, attention(q, k_buf, v_buf, mask=seen)[0]).view(B, K, d_model)
+    out = attention(q, k_buf, v_buf, mask=seen, check=False)[0]   # shapes: the cache's
+    return _heads_out(mha, out).view(B, K, d_model)
 
 
 def _cross_attend(mha: nn.Module, y: Tensor, k_buf: Tensor, v_buf: Tensor,
@@ -103,7 +104,7 @@ def _cross_attend(mha: nn.Module, y: Tensor, k_buf: Tensor, v_buf: Tensor,
     B, K, d_model = y.shape
     q = mha.split_heads(mha.project_blocks(y.view(B * K, 1, d_model), 0, 1))
     out = attention(q.unflatten(0, (B, K)), k_buf[:, None], v_buf[:, None],
-                    mask=src_mask[:, None])[0]              # (B, K, h, 1, d_k)
+                    mask=src_mask[:, None], check=False)[0]  # (B, K, h, 1, d_k)
     return _heads_out(mha, out.flatten(0, 1)).view(B, K, d_model)
 
 # %% ../../nbs/09b_static.ipynb #9dee52f4

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..formats import METRICS_FILE, TOKENIZER_FILE
-from ..utils import eval_mode
+from ..training import eval_mode
 from ..multihead import MultiHeadAttention
 from ..model import TransformerConfig, make_model
 from ..batching import (

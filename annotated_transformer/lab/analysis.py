@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..utils import eval_mode, optional_import
+from ..training import eval_mode
+from ..utils import optional_import
 
 # %% ../../nbs/13_inside.ipynb #c22c28cb
 KINDS = ("encoder", "decoder", "cross")      # the three uses of attention, §3.2.3
