@@ -159,7 +159,7 @@ from contextlib import contextmanager, nullcontext
 
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-# every fused attention but cuDNN's, which builds a plan for each new shape (see above)
+# every fused attention but cuDNN's, which builds a plan for each new shape (part 7c)
 _SDPA_NOT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                    SDPBackend.MATH]
 

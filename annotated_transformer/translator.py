@@ -6,7 +6,7 @@ __all__ = ['REPOSITORY_URL', 'SOURCE_REF', 'RAW_HOST', 'MODEL_HOST_ENV', 'transl
 # %% ../nbs/11_translator.ipynb #b148c7c3
 import torch
 
-from .utils import optional_import  # chapter 10
+from .utils import check_number, optional_import  # chapters 5, 10
 
 from .model import Transformer
 from .batching import make_batch, pad_ids
@@ -20,6 +20,7 @@ def translate(model: Transformer, sp, sentences: list[str], *,
               batch_size: int = 64) -> list[str]:
     """German for each English sentence by chapter 9's beam search (§6.1), in batches
     of `batch_size` sentences of similar length; the output keeps the input's order."""
+    check_number("batch_size", batch_size, 1)
     ids = [sp.encode(s) for s in sentences]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))   # little padding
     device = next(model.parameters()).device
@@ -98,9 +99,8 @@ from typing import Callable
 
 from tqdm import tqdm
 
-from .formats import BOS_ID, EOS_ID, PAD_ID
+from .formats import BOS_ID, EOS_ID
 from .utils import caller_stacklevel
-from .training import eval_mode
 from .precision import (
     precision_context, resolve_precision, warn_if_emulated)
 from .decoding import MAX_LEN_B, greedy_decode, output_limit
@@ -175,7 +175,7 @@ def _search(d: Decoding, rows: list[list[int]], *, beam_size: int, alpha: float,
             max_len_b: int) -> torch.Tensor:
     """Output ids `(batch, steps)` for one batch of sources (EOS, then padding): beam
     search (§6.1), greedy if `beam_size=1`, as `d` decodes."""
-    src = pad_ids(rows, PAD_ID).to(d.device)             # chapter 6's padding
+    src = pad_ids(rows, d.model.config.pad_id).to(d.device)   # the masks' padding
     with precision_context(d.autocast or d.precision, d.device):
         if beam_size == 1:
             tokens, _ = d.greedy(d.model, src, bos_id=BOS_ID, eos_id=EOS_ID,
@@ -233,9 +233,13 @@ class Translator:
                  tgt_lang: str = "de", notes: dict | None = None,
                  precision: str = "auto", engine: Callable | None = None,
                  say: bool = True):
-        if sp.get_piece_size() != model.src_embed.num_embeddings:
-            raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces, the "
-                             f"model's vocabulary {model.src_embed.num_embeddings}")
+        vocab = {model.src_embed.num_embeddings, model.generator.out_features}
+        if vocab != {sp.get_piece_size()} or sp.pad_id() != model.config.pad_id:
+            raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces and pads "
+                             f"with {sp.pad_id()}, the model's vocabularies are "
+                             f"{sorted(vocab)} and it pads with {model.config.pad_id}: "
+                             "load the tokenizer the model was trained with (its model "
+                             "directory's tokenizer.model)")
         self.model, self.sp = model, sp
         self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
         self.directory = None           # the model directory it came from, if any

@@ -218,6 +218,8 @@ def run(path: Path, limit: float, store: bool = False) -> dict:
     # as a reader runs it: full size, and OpenMP's default spin (the test command shortens
     # it, which slows the timings of small operations that the chapters store)
     env = {k: v for k, v in os.environ.items() if k not in ("AT_QUICK", "GOMP_SPINCOUNT")}
+    if DATA.is_dir():                  # the pages read $MULTI30K_DIR, else the Hub's copy
+        env.setdefault("MULTI30K_DIR", str(DATA.resolve()))
     with tempfile.TemporaryDirectory() as tmp:
         where = ["--inplace"] if store else ["--output-dir", tmp]
         cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",

@@ -55,3 +55,15 @@ def test_corpus_bleu():
     assert round(corpus_bleu(refs, refs)[0].score, 6) == 100
     with pytest.raises(ValueError, match="one reference per sentence"):
         corpus_bleu(refs, refs[:1])
+
+
+def test_a_translator_refuses_a_tokenizer_that_pads_otherwise(small):
+    from annotated_transformer.model import TransformerConfig, make_model
+    from annotated_transformer.translator import Translator
+    V = small.sp.get_piece_size()
+    config = TransformerConfig.preset("tiny", d_model=16, n_heads=2, pad_id=5)
+    with pytest.raises(ValueError, match="pads with 0, .* it pads with 5"):
+        Translator(make_model(V, V, config), small.sp, say=False)
+    with pytest.raises(ValueError, match=r"vocabularies are \[8000, 8001\]"):
+        untied = TransformerConfig.preset("tiny", tie_embeddings=False)
+        Translator(make_model(V, V + 1, untied), small.sp, say=False)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Lint what the world outside runs: the GitHub workflows (actionlint, zizmor offline) and the
+# Lint what the world outside runs: the GitHub workflows (actionlint, zizmor offline), the
+# package's Python (ruff, pyflakes' rules: unused and repeated names) and the
 # distributions (sdist and wheel built from the working tree, `twine check --strict`).
 # One line per check; a failing check prints its findings below its line, indented. Exits
 # non-zero if any check fails. Run from the repository root.
@@ -84,6 +85,10 @@ fi
 
 check "zizmor $("$BIN/zizmor" --version 2>/dev/null | cut -d' ' -f2) --offline on $WORKFLOWS" \
   "$BIN/zizmor" --offline --no-progress --color never "$WORKFLOWS"
+
+check "ruff $("$BIN/ruff" --version 2>/dev/null | cut -d' ' -f2) (pyflakes' rules) on the package" \
+  "$BIN/ruff" check --no-cache --select F --exclude annotated_transformer/_modidx.py \
+  annotated_transformer
 
 check "build sdist and wheel from the working tree" \
   "$BIN/python" -m build --sdist --wheel --outdir "$tmp/dist" .

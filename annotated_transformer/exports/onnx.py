@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from ..utils import optional_import
-from ..attention import padding_mask
 from ..batching import pad_ids
 from ..model import Transformer
 from ..data import load_tokenizer
@@ -29,7 +28,7 @@ from .ct2 import export_source
 # %% ../../nbs/11e_onnx.ipynb #cb445852
 class _Encoder(nn.Module):
     """Source ids `(batch, S)` → each decoder layer's cross-attention keys and values
-    `(batch, h, S, d_k)`: the encoder of §3.1 without `encode`'s argument checks, then
+    `(batch, h, S, d_k)`: the encoder of §3.1 (`encode` without its argument checks), then
     [W^K; W^V] of every decoder layer, copied into matrices of their own."""
 
     def __init__(self, model: Transformer):
@@ -45,8 +44,7 @@ class _Encoder(nn.Module):
 
     def forward(self, src):
         m = self.model
-        mask = padding_mask(src, m.config.pad_id)                  # (batch, 1, S)
-        memory = m.encoder(m.src_pos(m.src_embed(src)), mask=mask)
+        memory = m.encode(src, check=False)            # chapter 5's encoder, unchecked
         split = m.decoder.layers[0].cross_attn.split_heads  # (batch, S, h·d_k) → heads
         return tuple(split(t) for kv in self.kv for t in kv(memory).chunk(2, dim=-1))
 
@@ -171,7 +169,7 @@ def export_onnx(model, out_dir, *, quantization: str | None = None,
         (new / TOKENIZER_FILE).write_bytes(model.sp.serialized_model_proto())
         c = net.config
         config |= {"model": vars(c), "d_k": c.d_model // c.n_heads, "bos_id": BOS_ID,
-                   "eos_id": EOS_ID, "pad_id": PAD_ID, "max_len_b": MAX_LEN_B,
+                   "eos_id": EOS_ID, "pad_id": c.pad_id, "max_len_b": MAX_LEN_B,
                    "beam_size": BEAM_SIZE, "alpha": LENGTH_ALPHA,
                    "quantization": quantization, "src_lang": model.src_lang,
                    "tgt_lang": model.tgt_lang}
@@ -222,7 +220,7 @@ class OnnxTranslator:
 # %% ../../nbs/11e_onnx.ipynb #941f65b6
 def _onnx_greedy(engine: OnnxTranslator, rows, max_len_b: int) -> list[list[int]]:
     """Greedy output ids (without BOS and EOS) for one batch of source id lists, by
-    part 9c's `greedy_loop` over the exported step."""
+    chapter 9's `greedy_loop` over the exported step."""
     c, longest = engine.config, max(map(len, rows))
     _check_onnx_lengths(engine, longest, output_limit(longest, max_len_b=max_len_b))
     mask, cross, past = engine.start(rows)
