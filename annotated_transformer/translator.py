@@ -225,6 +225,17 @@ def choose_decoding(model: Transformer, *, precision: str = "auto",
         print(f"decoding: engine {decoding.engine}, {decoding.why}", file=sys.stderr)
     return decoding
 
+# %% ../nbs/11b_translator_details.ipynb #5668eb19
+def _check_tokenizer(model: Transformer, sp) -> None:
+    "A ValueError unless `sp` has the model's vocabularies and its padding id."
+    vocab = {model.src_embed.num_embeddings, model.generator.out_features}
+    if vocab != {sp.get_piece_size()} or sp.pad_id() != model.config.pad_id:
+        raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces and pads "
+                         f"with {sp.pad_id()}, the model's vocabularies are "
+                         f"{sorted(vocab)} and it pads with {model.config.pad_id}: "
+                         "load the tokenizer the model was trained with (its model "
+                         "directory's tokenizer.model)")
+
 # %% ../nbs/11b_translator_details.ipynb #5668eb1a
 class Translator:
     "A trained Transformer and its tokenizer, translating as `use` decided once (§6.1)."
@@ -233,13 +244,7 @@ class Translator:
                  tgt_lang: str = "de", notes: dict | None = None,
                  precision: str = "auto", engine: Callable | None = None,
                  say: bool = True):
-        vocab = {model.src_embed.num_embeddings, model.generator.out_features}
-        if vocab != {sp.get_piece_size()} or sp.pad_id() != model.config.pad_id:
-            raise ValueError(f"the tokenizer has {sp.get_piece_size()} pieces and pads "
-                             f"with {sp.pad_id()}, the model's vocabularies are "
-                             f"{sorted(vocab)} and it pads with {model.config.pad_id}: "
-                             "load the tokenizer the model was trained with (its model "
-                             "directory's tokenizer.model)")
+        _check_tokenizer(model, sp)
         self.model, self.sp = model, sp
         self.src_lang, self.tgt_lang, self.notes = src_lang, tgt_lang, notes or {}
         self.directory = None           # the model directory it came from, if any

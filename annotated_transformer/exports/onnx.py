@@ -28,8 +28,8 @@ from .ct2 import export_source
 # %% ../../nbs/11e_onnx.ipynb #cb445852
 class _Encoder(nn.Module):
     """Source ids `(batch, S)` → each decoder layer's cross-attention keys and values
-    `(batch, h, S, d_k)`: the encoder of §3.1 (`encode` without its argument checks), then
-    [W^K; W^V] of every decoder layer, copied into matrices of their own."""
+    `(batch, h, S, d_k)`: the encoder of §3.1 (`encode`, unchecked), then [W^K; W^V]
+    of every decoder layer, copied into matrices of their own."""
 
     def __init__(self, model: Transformer):
         super().__init__()
