@@ -73,7 +73,7 @@ class MultiHeadAttention(_HeadProjections):
         q, k, v = _project_heads(self, query, key, value, cache)  # (batch, h, n, d_k)
         if mask is not None and mask.dim() == 3:
             mask = mask.unsqueeze(1)                  # same mask for every head
-        # bf16 training on a CPU: the fused kernel is the slower (bench/bench_cpu_bf16_*)
+        # bf16 training on a CPU: fused is the slower (bench/bench_cpu_bf16_attention)
         cpu_bf16 = q.dtype == torch.bfloat16 and q.device.type == "cpu"
         if self.keep_weights or (self.training and cpu_bf16):
             out, weights = attention(q, k, v, mask, self.dropout, check=False)
